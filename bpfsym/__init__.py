@@ -1,0 +1,3 @@
+"""bpfsym: make BPF programs visible to profiling, beside perf record."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from bpfsym.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""BPF programs of the running kernel: enumerate, take a reference, fetch full info.
+
+The fetch returns the kernel's own bytes (bpf_prog_info and each array it
+points to) so that the side file stores exactly what the kernel said.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bpfsym.formats import bpf as fb
+from bpfsym.live.sys import Buffer, bpf
+
+_INFO = fb.prog_info()
+INFO_SIZE = _INFO.sizeof()
+
+# The arrays of bpf_prog_info: (pointer field, count field, element size or rec-size field)
+_ARRAYS: dict[str, tuple[str, str, int | str]] = {
+    "jited": ("jited_prog_insns", "jited_prog_len", 1),
+    "xlated": ("xlated_prog_insns", "xlated_prog_len", 1),
+    "map_ids": ("map_ids", "nr_map_ids", 4),
+    "ksyms": ("jited_ksyms", "nr_jited_ksyms", 8),
+    "func_lens": ("jited_func_lens", "nr_jited_func_lens", 4),
+    "func_info": ("func_info", "nr_func_info", "func_info_rec_size"),
+    "line_info": ("line_info", "nr_line_info", "line_info_rec_size"),
+    "jited_line_info": ("jited_line_info", "nr_jited_line_info", "jited_line_info_rec_size"),
+    "prog_tags": ("prog_tags", "nr_prog_tags", 8),
+}
+BLOB_NAMES = ("info", *_ARRAYS, "btf")
+
+
+@dataclass
+class ProgBlobs:
+    """What the kernel returned for one program: info bytes and its arrays, plus BTF."""
+
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    missing: str = ""  # why something could not be fetched
+
+
+def next_id(start: int) -> int | None:
+    attr = bytearray(fb.get_id_attr.build({"id": start, "next_id": 0, "open_flags": 0}))
+    try:
+        bpf(fb.BPF_PROG_GET_NEXT_ID, attr)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        raise
+    return int(fb.get_id_attr.parse(bytes(attr)).next_id)
+
+
+def iter_ids() -> Iterator[int]:
+    """Ids of all programs, ascending (BPF_PROG_GET_NEXT_ID)."""
+    cur = 0
+    while (nxt := next_id(cur)) is not None:
+        yield nxt
+        cur = nxt
+
+
+def fd_by_id(prog_id: int) -> int:
+    """A reference that keeps the program alive (raises OSError ENOENT when it is gone)."""
+    return bpf(
+        fb.BPF_PROG_GET_FD_BY_ID,
+        fb.get_id_attr.build({"id": prog_id, "next_id": 0, "open_flags": 0}),
+    )
+
+
+def _info_call(fd: int, info: bytes | bytearray, cmd: int = fb.BPF_OBJ_GET_INFO_BY_FD) -> bytes:
+    buf = Buffer(len(info))
+    buf.write(bytes(info))
+    attr = bytearray(fb.info_attr.build({"bpf_fd": fd, "info_len": len(info), "info": buf.addr}))
+    bpf(cmd, attr)
+    return buf.read()
+
+
+def basic_info(fd: int) -> Any:
+    """bpf_prog_info without arrays, parsed (a construct Container)."""
+    return _INFO.parse(_info_call(fd, bytes(INFO_SIZE)))
+
+
+def fetch_blobs(fd: int) -> ProgBlobs:
+    """Full info: a first call for the counts, a second with a buffer for every array."""
+    first = _INFO.parse(_info_call(fd, bytes(INFO_SIZE)))
+    req = dict(first)
+    bufs: dict[str, tuple[Buffer, int]] = {}
+    for name, (ptr, count, elem) in _ARRAYS.items():
+        n = int(first[count])
+        esize = int(first[elem]) if isinstance(elem, str) else elem
+        if n == 0 or esize == 0:
+            req[ptr] = 0
+            req[count] = 0
+            continue
+        size = n * esize
+        buf = Buffer(size)
+        bufs[name] = (buf, size)
+        req[ptr] = buf.addr
+    raw = _info_call(fd, _INFO.build(req))
+    second = _INFO.parse(raw)
+    out = ProgBlobs({"info": raw})
+    for name, (buf, size) in bufs.items():
+        ptr, count, elem = _ARRAYS[name]
+        esize = int(second[elem]) if isinstance(elem, str) else elem
+        out.blobs[name] = buf.read(min(size, int(second[count]) * esize))
+    if second.btf_id:
+        try:
+            out.blobs["btf"] = fetch_btf(int(second.btf_id))
+        except OSError as e:
+            out.missing = f"BTF {second.btf_id}: {e.strerror}"
+    if second.jited_prog_len == 0:
+        out.missing = out.missing or "no JIT image (bpf_jit_enable=0, or interpreter)"
+    return out
+
+
+def fetch_btf(btf_id: int) -> bytes:
+    """The raw BTF blob of btf_id (BPF_BTF_GET_FD_BY_ID + bpf_btf_info)."""
+    fd = bpf(
+        fb.BPF_BTF_GET_FD_BY_ID, fb.get_id_attr.build({"id": btf_id, "next_id": 0, "open_flags": 0})
+    )
+    try:
+        size = fb.btf_info.sizeof()
+        first = fb.btf_info.parse(_info_call(fd, bytes(size)))
+        buf = Buffer(int(first.btf_size))
+        req = dict(first)
+        req["btf"] = buf.addr
+        req["name"] = 0
+        req["name_len"] = 0
+        second = fb.btf_info.parse(_info_call(fd, fb.btf_info.build(req)))
+        return buf.read(int(second.btf_size))
+    finally:
+        os.close(fd)
+
+
+def u64s(blob: bytes) -> list[int]:
+    return [v for (v,) in struct.iter_unpack("=Q", blob[: len(blob) // 8 * 8])]
+
+
+def u32s(blob: bytes) -> list[int]:
+    return [v for (v,) in struct.iter_unpack("=I", blob[: len(blob) // 4 * 4])]

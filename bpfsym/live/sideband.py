@@ -1,0 +1,128 @@
+"""Per-CPU side-band rings: one dummy software event per online CPU with
+attr.ksymbol and attr.bpf_event set, each read through its mmap ring.
+
+Side-band records reach only the ring of the CPU where the load or unload
+happened, so every online CPU gets an event.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+from bpfsym.formats import perf as fp
+from bpfsym.live.sys import PERF_FLAG_FD_CLOEXEC, perf_event_open
+
+SAMPLE_TYPE = fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU
+_U64 = struct.Struct("=Q")
+_HEAD = struct.Struct("=IHH")  # struct perf_event_header, native order
+
+
+def online_cpus() -> list[int]:
+    """CPUs listed in /sys/devices/system/cpu/online ("0-3,5")."""
+    with open("/sys/devices/system/cpu/online") as f:
+        text = f.read().strip()
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def sideband_attr(clockid: int | None = None) -> bytes:
+    flags = {
+        "disabled": False,
+        "ksymbol": True,
+        "bpf_event": True,
+        "sample_id_all": True,
+        "watermark": True,  # wake on every record: wakeup_watermark = 1 byte
+        "use_clockid": clockid is not None,
+    }
+    return fp.layouts().attr.build(
+        {
+            "type": fp.PERF_TYPE_SOFTWARE,
+            "size": fp.PERF_ATTR_SIZE_VER8,
+            "config": fp.PERF_COUNT_SW_DUMMY,
+            "sample_period": 0,
+            "sample_type": SAMPLE_TYPE,
+            "read_format": 0,
+            "flags": flags,
+            "wakeup_events": 1,
+            "bp_type": 0,
+            "config1": 0,
+            "config2": 0,
+            "branch_sample_type": 0,
+            "sample_regs_user": 0,
+            "sample_stack_user": 0,
+            "clockid": clockid or 0,
+            "sample_regs_intr": 0,
+            "aux_watermark": 0,
+            "sample_max_stack": 0,
+            "aux_sample_size": 0,
+            "aux_action": 0,
+            "sig_data": 0,
+            "config3": 0,
+        }
+    )
+
+
+class Ring:
+    """One CPU's event and its mmap ring buffer of 2^n data pages."""
+
+    def __init__(self, cpu: int, pages: int, clockid: int | None = None) -> None:
+        self.cpu = cpu
+        self.fd = perf_event_open(sideband_attr(clockid), -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+        page = mmap.PAGESIZE
+        try:
+            self.map = mmap.mmap(
+                self.fd, (pages + 1) * page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.data_off = page
+        self.size = pages * page
+
+    def read(self) -> list[bytes]:
+        """Every complete record now in the ring, oldest first; frees their space."""
+        m = self.map
+        head = _U64.unpack_from(m, fp.MMAP_DATA_HEAD_OFFSET)[0]
+        tail = _U64.unpack_from(m, fp.MMAP_DATA_HEAD_OFFSET + 8)[0]
+        out = []
+        size, base = self.size, self.data_off
+        while tail < head:
+            pos = tail % size
+            if pos + 8 <= size:
+                hdr = m[base + pos : base + pos + 8]
+            else:
+                hdr = m[base + pos : base + size] + m[base : base + pos + 8 - size]
+            rsize = _HEAD.unpack(hdr)[2]
+            if rsize < 8:
+                break  # never written by a sane kernel; stop rather than spin
+            if pos + rsize <= size:
+                out.append(m[base + pos : base + pos + rsize])
+            else:
+                out.append(m[base + pos : base + size] + m[base : base + pos + rsize - size])
+            tail += rsize
+        _U64.pack_into(m, fp.MMAP_DATA_HEAD_OFFSET + 8, tail)
+        return out
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
+def record_type(rec: bytes) -> int:
+    return int(_HEAD.unpack_from(rec)[0])
+
+
+_BPF_EVENT = struct.Struct("=HHI")  # type, flags, id of PERF_RECORD_BPF_EVENT
+
+
+def load_event_id(rec: bytes) -> int | None:
+    """The program id of a PERF_BPF_EVENT_PROG_LOAD record, else None."""
+    if _HEAD.unpack_from(rec)[0] != fp.RECORD_BPF_EVENT:
+        return None
+    etype, _flags, prog_id = _BPF_EVENT.unpack_from(rec, 8)
+    return prog_id if etype == fp.BPF_EVENT_PROG_LOAD else None

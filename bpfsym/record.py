@@ -1,0 +1,377 @@
+"""Run a command under perf record and capture every BPF program beside it.
+
+    bpfsym record [bpfsym options] [perf record options] -- command [args]
+
+Every option bpfsym does not know is a perf record option, checked against the
+installed perf and passed to it unchanged. The side file is <output>.bpfsym.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bpfsym import __version__, capture, perfopts
+from bpfsym.cli import UsageError
+from bpfsym.formats import sidefile as sf
+from bpfsym.live import pinner as lpin
+from bpfsym.live import progs, sideband
+from bpfsym.store import SideFileWriter
+
+EPILOG = """bpfsym options (all others before '--' go to perf record unchanged):
+  --no-perf           do not run perf: capture BPF programs only (side file <output>.bpfsym)
+  --side FILE         side file name (default: <perf output>.bpfsym)
+  --perf PATH         perf binary (default: perf from PATH)
+  --ring-pages N      side-band ring pages per CPU (power of 2, default 64)
+  --stats[=SECONDS]   sample per-program runtime stats every SECONDS (default 1)
+
+examples:
+  bpfsym record -o perf.data -F 999 -a -g -- ./my-workload
+  bpfsym record --no-perf -o cap -- sleep 30
+  bpfsym record --stats=0.5 -e cpu-clock -a -- ./bench
+"""
+
+RAW_ARGS = True  # cli: pass everything after "record" to run() unparsed
+
+
+@dataclass
+class RecordArgs:
+    perf_args: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    no_perf: bool = False
+    side: str | None = None
+    perf: str = "perf"
+    ring_pages: int = 64
+    stats: float | None = None
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="[options] -- command [args]")
+
+
+def parse(argv: list[str]) -> RecordArgs:
+    """Split bpfsym's own options from perf's; the command follows '--'."""
+    if "--" in argv:
+        cut = argv.index("--")
+        opts, cmd = argv[:cut], argv[cut + 1 :]
+    else:
+        opts, cmd = argv, []
+    r = RecordArgs(command=cmd)
+    i = 0
+    while i < len(opts):
+        a = opts[i]
+        name, eq, value = a.partition("=")
+        if name in ("--side", "--perf", "--ring-pages") and not eq:
+            if i + 1 >= len(opts):
+                raise UsageError(f"option '{name}' needs a value")
+            i += 1
+            value = opts[i]
+
+        if a == "--no-perf":
+            r.no_perf = True
+        elif name == "--side":
+            r.side = value
+        elif name == "--perf":
+            r.perf = value
+        elif name == "--ring-pages":
+            v = value
+            if not v.isdigit() or int(v) < 1 or int(v) & (int(v) - 1):
+                raise UsageError(f"--ring-pages {v}: must be a power of 2")
+            r.ring_pages = int(v)
+        elif name == "--stats":
+            try:
+                r.stats = float(value) if eq else 1.0
+            except ValueError:
+                raise UsageError(f"--stats={value}: not a number of seconds") from None
+            if r.stats <= 0:
+                raise UsageError("--stats interval must be > 0")
+        else:
+            r.perf_args.append(a)
+        i += 1
+    if not r.command:
+        raise UsageError("no command: bpfsym record [options] -- command [args]")
+    return r
+
+
+class Recorder:
+    """Writes the side file: snapshot, side-band records, program info as it arrives."""
+
+    def __init__(self, writer: SideFileWriter) -> None:
+        self.w = writer
+        self.lock = threading.Lock()
+        self.seen: set[int] = set()
+        self.work: queue.Queue[tuple[str, int, int | None, int] | None] = queue.Queue()
+        self.counts = {"snapshot": 0, "sideband": 0, "rescan": 0, "gone": 0, "no_image": 0}
+        self.unloads = 0
+        self.lost = 0
+        self.warnings: list[str] = []
+        self.max_id = 0
+        self.worker = threading.Thread(target=self._work, daemon=True)
+        self.worker.start()
+
+    def claim(self, prog_id: int) -> bool:
+        with self.lock:
+            if prog_id in self.seen:
+                return False
+            self.seen.add(prog_id)
+            self.max_id = max(self.max_id, prog_id)
+            return True
+
+    # called from the pinner client's receiver thread, in ring order
+    def on_record(self, cpu: int, rec: bytes, fd: int | None) -> None:
+        self.w.write(sf.SIDEBAND, sf.sideband.build({"cpu": cpu, "record": rec}), compress=False)
+        rtype = sideband.record_type(rec)
+        prog_id = sideband.load_event_id(rec)
+        if prog_id is not None:
+            t = sideband_time(rec)
+            if fd is None:
+                with self.lock:
+                    self.counts["gone"] += 1
+                self.claim(prog_id)
+            elif self.claim(prog_id):
+                self.work.put(("sideband", prog_id, fd, t))
+            else:
+                os.close(fd)
+        elif rtype == 18:
+            self.unloads += 1
+        elif rtype == 2:  # PERF_RECORD_LOST: re-enumerate what still exists
+            self.lost += 1
+            self.work.put(("rescan", 0, None, -1))
+
+    def on_control(self, text: str) -> None:
+        if text.startswith("warn:") or text.startswith("error:"):
+            self.warnings.append(text)
+            print(f"bpfsym record: {text}", file=sys.stderr)
+
+    def _work(self) -> None:
+        while (item := self.work.get()) is not None:
+            origin, prog_id, fd, t = item
+            if origin == "rescan":
+                self.rescan()
+            elif fd is not None:
+                self.fetch(prog_id, fd, origin, t)
+
+    def rescan(self) -> None:
+        for prog_id in progs.iter_ids():
+            if not self.claim(prog_id):
+                continue
+            try:
+                fd = progs.fd_by_id(prog_id)
+            except OSError:
+                continue
+            self.fetch(prog_id, fd, "rescan", -1)
+
+    def fetch(self, prog_id: int, fd: int, origin: str, load_time: int) -> None:
+        try:
+            got = progs.fetch_blobs(fd)
+        except OSError as e:
+            self.note(f"program {prog_id}: info fetch failed: {e.strerror}")
+            return
+        finally:
+            os.close(fd)
+        blobs = [{"name": k, "data": v} for k, v in got.blobs.items()]
+        self.w.put(
+            sf.PROGRAM,
+            {"prog_id": prog_id, "origin": origin, "load_time": load_time,
+             "missing": got.missing, "blobs": blobs},
+        )  # fmt: skip
+        with self.lock:
+            self.counts[origin] += 1
+            if not got.blobs.get("jited"):
+                self.counts["no_image"] += 1
+
+    def note(self, text: str) -> None:
+        self.w.put(sf.NOTE, {"time": time.clock_gettime_ns(time.CLOCK_MONOTONIC), "text": text})
+
+    def snapshot_pin(self) -> list[tuple[int, int]]:
+        """Take a reference on every existing program (fast, before the command starts)."""
+        pinned = []
+        for prog_id in progs.iter_ids():
+            if not self.claim(prog_id):
+                continue
+            try:
+                pinned.append((prog_id, progs.fd_by_id(prog_id)))
+            except OSError as e:
+                self.note(f"program {prog_id}: gone before the snapshot pinned it ({e.strerror})")
+        return pinned
+
+    def finish(self) -> None:
+        self.work.put(None)
+        self.worker.join()
+
+
+def sideband_time(rec: bytes) -> int:
+    """perf-clock time in the sample_id trailer right after the BPF_EVENT body.
+
+    The kernel's header.size can be too large when several listeners exist, so the
+    trailer is read after the fixed 16-byte body, never from the record's end."""
+    return int.from_bytes(rec[8 + 16 + 8 : 8 + 16 + 16], sys.byteorder)
+
+
+def run(args: argparse.Namespace) -> int:
+    r = parse(list(args.argv))
+    perf_opts = perfopts.PerfOptions(r.perf_args)
+    if not r.no_perf:
+        perf = shutil.which(r.perf)
+        if perf is None:
+            raise UsageError(
+                f"perf not found ('{r.perf}'): install linux-perf, or use --perf PATH or --no-perf"
+            )
+        r.perf = perf
+        perf_opts = perfopts.check(r.perf_args, perfopts.option_table(perf))
+        if perf_opts.errors:
+            raise UsageError(perf_opts.errors[0])
+    elif r.perf_args:
+        perf_opts = perfopts.check(
+            r.perf_args,
+            perfopts.OptionTable({"-o": True, "--output": True, "-k": True, "--clockid": True}),
+        )
+        if perf_opts.errors:
+            raise UsageError(perf_opts.errors[0] + " (with --no-perf only -o and -k apply)")
+    if shutil.which(r.command[0]) is None and not os.path.exists(r.command[0]):
+        raise UsageError(f"command not found: {r.command[0]}")
+    side = r.side or perf_opts.output + ".bpfsym"
+    if os.geteuid() != 0:
+        # perf_event_open system-wide and bpf(PROG_GET_NEXT_ID) need privilege; say which
+        try:
+            next(progs.iter_ids(), None)
+        except OSError as e:
+            raise PermissionError(
+                e.errno, "bpf(BPF_PROG_GET_NEXT_ID): needs CAP_SYS_ADMIN"
+            ) from None
+    writer = SideFileWriter(side)
+    try:
+        return _record(r, perf_opts, writer)
+    finally:
+        writer.close()
+
+
+def _record(r: RecordArgs, perf_opts: perfopts.PerfOptions, writer: SideFileWriter) -> int:
+    ident = capture.identity()
+    start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    writer.put(
+        sf.HEADER,
+        {**ident, "version": sf.VERSION, "byteorder": sys.byteorder,
+         "clock_id": -1 if perf_opts.clockid is None else perf_opts.clockid,
+         "start_time": start, "tool_version": __version__},
+    )  # fmt: skip
+    sysctls = capture.read_sysctls()
+    writer.put(sf.SYSCTLS, [{"name": k, "value": v} for k, v in sysctls.items()])
+    for w in capture.sysctl_warnings(sysctls):
+        print(f"bpfsym record: warning: {w}", file=sys.stderr)
+    rec = Recorder(writer)
+    client = lpin.PinnerClient(r.ring_pages, perf_opts.clockid, rec.on_record, rec.on_control)
+    if not client.ready.wait(30) or any(w.startswith("error:") for w in rec.warnings):
+        client.stop()
+        err = next((w for w in rec.warnings if w.startswith("error:")), "pinner did not start")
+        raise PermissionError(1, f"side-band listener: {err.removeprefix('error: ')}")
+    writer.write(sf.KALLSYMS, capture.kernel_kallsyms())
+    pinned = rec.snapshot_pin()
+    stats = _start_stats(r, writer)
+    child = _start_command(r, perf_opts)
+    forward = _forward_signals(child)
+    for prog_id, fd in pinned:
+        rec.fetch(prog_id, fd, "snapshot", -1)
+    status = child.wait()
+    forward()
+    if stats is not None:
+        stats()
+    client.stop()
+    rec.finish()
+    writer.put(
+        sf.END,
+        {"time": time.clock_gettime_ns(time.CLOCK_MONOTONIC), "lost": rec.lost,
+         "programs": len(rec.seen), "exit_status": status},
+    )  # fmt: skip
+    c = rec.counts
+    print(
+        f"[ bpfsym record: {c['snapshot']} programs at start, {c['sideband'] + c['rescan'] + c['gone']} "
+        f"loaded during capture ({c['gone']} gone before pinning), {rec.unloads} unloaded, "
+        f"{c['no_image']} without JIT image, {rec.lost} lost records ]",
+        file=sys.stderr,
+    )
+    print(
+        f"[ bpfsym record: side file {writer.path} ({os.path.getsize(writer.path) / 1e6:.3f} MB) ]",
+        file=sys.stderr,
+    )
+    return status if status >= 0 else 128 - status
+
+
+def _start_command(r: RecordArgs, perf_opts: perfopts.PerfOptions) -> subprocess.Popen[bytes]:
+    cmd = r.command if r.no_perf else [r.perf, "record", *r.perf_args, "--", *r.command]
+    try:
+        return subprocess.Popen(cmd)
+    except OSError as e:
+        raise UsageError(f"cannot run {cmd[0]}: {e.strerror}") from None
+
+
+def _forward_signals(child: subprocess.Popen[bytes]) -> Callable[[], None]:
+    """SIGINT/SIGTERM go to perf (or the command) and perf's children; returns a restore function."""
+
+    def forward(signum: int, _frame: object) -> None:
+        for pid in [child.pid, *_children(child.pid)]:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _start_stats(r: RecordArgs, writer: SideFileWriter):  # type: ignore[no-untyped-def]
+    """--stats: hold a BPF_ENABLE_RUNTIME_STATS fd and sample every program; returns stop()."""
+    if r.stats is None:
+        return None
+    from bpfsym.live import stats as lstats
+
+    holder = lstats.RuntimeStats()
+    holder.__enter__()
+    stop = threading.Event()
+
+    def sample() -> None:
+        while True:
+            rows = lstats.sample_all()
+            writer.put(
+                sf.STATS,
+                {"time": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+                 "progs": [{"prog_id": p[0], "run_time_ns": p[1], "run_cnt": p[2],
+                            "recursion_misses": p[3]} for p in rows]},
+            )  # fmt: skip
+            if stop.wait(r.stats):
+                return
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+
+    def finish() -> None:
+        stop.set()
+        t.join()
+        holder.__exit__(None, None, None)
+
+    return finish

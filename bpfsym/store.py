@@ -1,0 +1,258 @@
+"""The crash-safe side-file writer and its reader (formats/sidefile.py).
+
+The writer appends one frame per os.write(); the reader returns every complete
+frame, reports a torn tail, and rebuilds the program timeline from snapshot
+records and side-band KSYMBOL / BPF_EVENT records.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+import threading
+import zlib
+from collections import defaultdict
+from typing import Any
+
+from construct import ConstructError
+
+from bpfsym.formats import perf as fp
+from bpfsym.formats import sidefile as sf
+from bpfsym.formats.errors import FormatError
+from bpfsym.model import (
+    ORIGIN_SIDEBAND,
+    Capture,
+    CaptureHeader,
+    Function,
+    KernelSymbol,
+    Program,
+    StatsSample,
+)
+from bpfsym.proginfo import program_from_blobs
+
+COMPRESS_MIN = 512  # payloads at least this big are stored zlib-compressed
+
+
+class SideFileWriter:
+    """Append-only, one frame per write(); safe to share between threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        os.fchmod(self._fd, 0o600)
+        self._lock = threading.Lock()
+        os.write(self._fd, sf.MAGIC)
+
+    def write(self, rtype: int, payload: bytes, compress: bool | None = None) -> None:
+        if compress is None:
+            compress = len(payload) >= COMPRESS_MIN
+        flags = {"zlib": False}
+        if compress:
+            packed = zlib.compress(payload, 1)
+            if len(packed) < len(payload):
+                payload, flags = packed, {"zlib": True}
+        head = sf.frame.build(
+            {"type": rtype, "flags": flags, "length": len(payload), "crc32": zlib.crc32(payload)}
+        )
+        with self._lock:
+            os.write(self._fd, head + payload)
+
+    def put(self, rtype: int, value: Any, compress: bool | None = None) -> None:
+        self.write(rtype, sf.PAYLOADS[rtype].build(value), compress)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def iter_frames(path: str, data: bytes | mmap.mmap) -> Any:
+    """Yield (offset, type, payload) of each complete frame; return the torn-tail message."""
+    if data[: len(sf.MAGIC)] != sf.MAGIC:
+        raise FormatError(path, 0, "not a bpfsym side file (bad magic)")
+    off = len(sf.MAGIC)
+    end = len(data)
+    while off < end:
+        if end - off < sf.FRAME_SIZE:
+            return f"torn record at offset {off}: {end - off} of {sf.FRAME_SIZE} header bytes"
+        head = sf.frame.parse(data[off : off + sf.FRAME_SIZE])
+        if head.length > sf.MAX_PAYLOAD:
+            raise FormatError(path, off, f"record length {head.length} is absurd")
+        start = off + sf.FRAME_SIZE
+        if start + head.length > end:
+            return f"torn record at offset {off}: {end - start} of {head.length} payload bytes"
+        payload = bytes(data[start : start + head.length])
+        if zlib.crc32(payload) != head.crc32:
+            raise FormatError(path, off, "record checksum mismatch")
+        if head.flags.zlib:
+            try:
+                payload = zlib.decompress(payload)
+            except zlib.error as e:
+                raise FormatError(path, off, f"bad compressed record: {e}") from None
+        yield off, head.type, payload
+        off = start + head.length
+    return ""
+
+
+def parse_kallsyms(text: str) -> list[KernelSymbol]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mod = parts[3].strip("[]") if len(parts) > 3 else ""
+        out.append(KernelSymbol(int(parts[0], 16), parts[1], parts[2], mod))
+    out.sort(key=lambda s: s.addr)
+    return out
+
+
+class _Timeline:
+    """Side-band records in arrival order per CPU, turned into program lifetimes."""
+
+    def __init__(self, little: bool) -> None:
+        self.lay = fp.layouts(little)
+        self.trailer = self.lay.sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
+        self.pending: dict[int, list[Function]] = defaultdict(list)  # cpu -> ksyms before the event
+        self.loads: dict[int, tuple[int, bytes, list[Function]]] = {}  # id -> (time, tag, funcs)
+        self.unloads: dict[int, int] = {}
+        self.lost = 0
+
+    def add(self, cpu: int, rec: bytes) -> None:
+        head = self.lay.header.parse(rec)
+        body = rec[8:]
+        if head.type == fp.RECORD_KSYMBOL:
+            ks = self.lay.ksymbol.parse(body)
+            if ks.ksym_type == fp.KSYMBOL_TYPE_BPF and not ks.flags & fp.KSYMBOL_FLAGS_UNREGISTER:
+                self.pending[cpu].append(Function(ks.name, ks.addr, ks.len))
+        elif head.type == fp.RECORD_BPF_EVENT:
+            ev = self.lay.bpf_event.parse(body)
+            t = self.trailer.parse(body[16:]).time
+            funcs, self.pending[cpu] = self.pending[cpu], []
+            if ev.type == "prog_load":
+                self.loads[ev.id] = (t, bytes(ev.tag), funcs)
+            elif ev.type == "prog_unload":
+                self.unloads[ev.id] = t
+        elif head.type == fp.RECORD_LOST:
+            self.lost += self.lay.lost.parse(body).lost
+
+
+def read_capture(path: str) -> Capture:
+    """Read a side file; FormatError for bad input, Capture.torn for a torn tail."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data: bytes | mmap.mmap = (
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            )
+    except OSError as e:
+        raise FormatError(path, 0, e.strerror or str(e)) from None
+    try:
+        return _read(path, data)
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
+
+
+def _read(path: str, data: bytes | mmap.mmap) -> Capture:
+    header: Any = None
+    cap = Capture(CaptureHeader("", "", 0, "", -1, 0))
+    prog_recs: list[Any] = []
+    timeline: _Timeline | None = None
+    frames = iter_frames(path, data)
+    while True:
+        try:
+            off, rtype, payload = next(frames)
+        except StopIteration as stop:
+            cap.torn = stop.value or ""
+            break
+        try:
+            if rtype == sf.HEADER:
+                header = sf.header.parse(payload)
+                if header.version > sf.VERSION:
+                    raise FormatError(
+                        path, off, f"side file version {header.version} is newer than this bpfsym"
+                    )
+                cap.header = CaptureHeader(
+                    header.kernel_release, header.arch, header.page_size, header.boot_id,
+                    header.clock_id, header.start_time, header.hostname, header.version,
+                )  # fmt: skip
+                timeline = _Timeline(header.byteorder == "little")
+            elif header is None:
+                raise FormatError(path, off, "first record is not the header")
+            elif rtype == sf.KALLSYMS:
+                cap.kallsyms = parse_kallsyms(payload.decode("utf-8", "replace"))
+            elif rtype == sf.SYSCTLS:
+                cap.sysctls = {s.name: s.value for s in sf.sysctls.parse(payload)}
+            elif rtype == sf.PROGRAM:
+                prog_recs.append((off, sf.program.parse(payload)))
+            elif rtype == sf.SIDEBAND and timeline is not None:
+                sb = sf.sideband.parse(payload)
+                timeline.add(sb.cpu, sb.record)
+            elif rtype == sf.STATS:
+                st = sf.stats.parse(payload)
+                cap.stats.extend(
+                    StatsSample(st.time, p.prog_id, p.run_time_ns, p.run_cnt, p.recursion_misses)
+                    for p in st.progs
+                )
+            elif rtype == sf.NOTE:
+                cap.warnings.append(sf.note.parse(payload).text)
+            elif rtype == sf.END:
+                e = sf.end.parse(payload)
+                cap.end_time = e.time
+        except (ConstructError, ValueError, UnicodeDecodeError) as e:
+            raise FormatError(
+                path, off, f"bad record of type {rtype}: {type(e).__name__}"
+            ) from None
+    if header is None:
+        raise FormatError(path, len(sf.MAGIC), "no header record")
+    assert timeline is not None
+    cap.lost = timeline.lost
+    little = header.byteorder == "little"
+    seen: set[int] = set()
+    for off, rec in prog_recs:
+        try:
+            prog = program_from_blobs(
+                rec.prog_id,
+                {b.name: b.data for b in rec.blobs},
+                origin=str(rec.origin),
+                load_time=None if rec.load_time < 0 else rec.load_time,
+                missing=rec.missing,
+                little=little,
+            )
+        except (ConstructError, FormatError, ValueError, KeyError) as e:
+            raise FormatError(path, off, f"bad program record: {e}") from None
+        load = timeline.loads.get(prog.id)
+        if load and load[2]:
+            # the kernel's own names for the functions (KSYMBOL), exact by construction
+            for fn, ks in zip(prog.functions, load[2], strict=False):
+                if fn.addr == ks.addr:
+                    fn.name = ks.name
+        seen.add(prog.id)
+        cap.programs.append(prog)
+    for pid, (t, tag, funcs) in timeline.loads.items():
+        if pid in seen:
+            continue
+        name = funcs[0].name.split("_", 3)[3] if funcs and funcs[0].name.count("_") >= 3 else ""
+        cap.programs.append(
+            Program(
+                id=pid,
+                name=name,
+                tag=tag.hex(),
+                type=-1,
+                load_time=t,
+                functions=funcs,
+                origin=ORIGIN_SIDEBAND,
+                missing="gone before bpfsym could take a reference",
+            )  # fmt: skip
+        )
+    for prog in cap.programs:
+        if prog.id in timeline.unloads:
+            prog.unload_time = timeline.unloads[prog.id]
+    cap.programs.sort(key=lambda p: p.id)
+    return cap
+
+
+def native_little() -> bool:
+    return sys.byteorder == "little"
