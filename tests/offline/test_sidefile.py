@@ -1,0 +1,173 @@
+"""The side file: every record type round-trips, the writer/reader agree, and bad
+or torn files give FormatError / a torn-tail report, never anything else."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+from construct import ConstructError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpfsym.formats import sidefile as sf
+from bpfsym.formats.errors import FormatError
+from bpfsym.store import SideFileWriter, iter_frames, read_capture
+
+HEADER = {
+    "version": 1,
+    "byteorder": "little",
+    "kernel_release": "6.18.0-test",
+    "arch": "x86_64",
+    "page_size": 4096,
+    "boot_id": "7fb0649b-95cb-4033-b01f-fe7c3e3d2e2b",
+    "clock_id": -1,
+    "start_time": 123456789,
+    "hostname": "h",
+    "tool_version": "0.1.0",
+}
+SAMPLES = {
+    sf.HEADER: HEADER,
+    sf.SYSCTLS: [{"name": "net.core.bpf_jit_enable", "value": "1"}],
+    sf.PROGRAM: {
+        "prog_id": 7,
+        "origin": "sideband",
+        "load_time": 99,
+        "missing": "",
+        "blobs": [{"name": "info", "data": b"\x01" * 232}, {"name": "jited", "data": b"\xcc" * 20}],
+    },
+    sf.SIDEBAND: {"cpu": 1, "record": b"\x12\x00\x00\x00\x00\x00\x28\x00" + bytes(32)},
+    sf.STATS: {
+        "time": 5,
+        "progs": [{"prog_id": 3, "run_time_ns": 100, "run_cnt": 2, "recursion_misses": 0}],
+    },
+    sf.NOTE: {"time": 1, "text": "program 9: gone"},
+    sf.END: {"time": 10, "lost": 2, "programs": 3, "exit_status": 0},
+}
+
+
+def _strip(x):  # construct Containers carry _io etc.; compare plain data
+    if isinstance(x, dict):
+        return {k: _strip(v) for k, v in x.items() if not k.startswith("_")}
+    if isinstance(x, list):
+        return [_strip(v) for v in x]
+    return str(x) if type(x).__name__ == "EnumIntegerString" else x
+
+
+@pytest.mark.parametrize("rtype", sorted(SAMPLES))
+def test_round_trip_and_compiled(rtype):
+    fmt = sf.PAYLOADS[rtype]
+    built = fmt.build(SAMPLES[rtype])
+    assert _strip(fmt.parse(built)) == _strip(SAMPLES[rtype])
+    assert fmt.compile().build(SAMPLES[rtype]) == built
+    assert _strip(fmt.compile().parse(built)) == _strip(fmt.parse(built))
+
+
+def test_frame_header_is_twelve_bytes():
+    # type u16, flags u16, length u32, crc32 u32
+    assert sf.FRAME_SIZE == 12
+    raw = sf.frame.build({"type": 4, "flags": {"zlib": True}, "length": 0x01020304, "crc32": 5})
+    assert raw == bytes([4, 0, 1, 0, 4, 3, 2, 1, 5, 0, 0, 0])
+
+
+def _write(path, extra=()):
+    w = SideFileWriter(str(path))
+    w.put(sf.HEADER, HEADER)
+    for rtype, value in extra:
+        w.put(rtype, value)
+    w.close()
+
+
+def test_writer_file_mode_and_frames(tmp_path):
+    p = tmp_path / "c.bpfsym"
+    _write(p, [(sf.NOTE, SAMPLES[sf.NOTE])])
+    assert os.stat(p).st_mode & 0o777 == 0o600
+    data = p.read_bytes()
+    frames = list(iter_frames(str(p), data))
+    assert [t for _, t, _ in frames] == [sf.HEADER, sf.NOTE]
+    # CRC covers the payload as stored
+    off, _, payload = frames[0]
+    head = sf.frame.parse(data[off : off + 12])
+    assert head.crc32 == zlib.crc32(data[off + 12 : off + 12 + head.length])
+
+
+def test_big_payloads_are_compressed_and_read_back(tmp_path):
+    p = tmp_path / "k.bpfsym"
+    text = b"".join(b"ffffffff8100%04x T sym_%d\n" % (i, i) for i in range(2000))
+    w = SideFileWriter(str(p))
+    w.put(sf.HEADER, HEADER)
+    w.write(sf.KALLSYMS, text)
+    w.close()
+    assert p.stat().st_size < len(text) / 2
+    cap = read_capture(str(p))
+    assert len(cap.kallsyms) == 2000
+    assert cap.kallsyms[5].name == "sym_5" and cap.kallsyms[5].addr == 0xFFFFFFFF81000005
+
+
+def test_torn_tail_is_reported_and_earlier_records_kept(tmp_path):
+    p = tmp_path / "t.bpfsym"
+    _write(p, [(sf.NOTE, SAMPLES[sf.NOTE]), (sf.NOTE, {"time": 2, "text": "second"})])
+    full = p.read_bytes()
+    ends = {off + 12 + len(payload) for off, _, payload in iter_frames(str(p), full)}
+    header_end = min(ends)
+    for cut in range(len(full) - 1, header_end, -1):
+        p.write_bytes(full[:cut])
+        cap = read_capture(str(p))
+        assert cap.torn.startswith("torn record at offset") == (cut not in ends)
+        assert cap.header.kernel_release == "6.18.0-test"
+    p.write_bytes(full[: len(full) - 1])
+    assert read_capture(str(p)).warnings == ["program 9: gone"]
+
+
+def test_bad_magic_crc_and_length(tmp_path):
+    p = tmp_path / "b.bpfsym"
+    p.write_bytes(b"PERFILE2" + bytes(100))
+    with pytest.raises(FormatError, match="offset 0: not a bpfsym side file"):
+        read_capture(str(p))
+    _write(p, [(sf.NOTE, SAMPLES[sf.NOTE])])
+    data = bytearray(p.read_bytes())
+    data[-1] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="checksum"):
+        read_capture(str(p))
+    p.write_bytes(
+        sf.MAGIC + sf.frame.build({"type": 1, "flags": {}, "length": 1 << 31, "crc32": 0})
+    )
+    with pytest.raises(FormatError, match=f"offset {len(sf.MAGIC)}: record length"):
+        read_capture(str(p))
+
+
+def test_unknown_record_types_are_skipped(tmp_path):
+    p = tmp_path / "u.bpfsym"
+    w = SideFileWriter(str(p))
+    w.put(sf.HEADER, HEADER)
+    w.write(999, b"from a newer writer")
+    w.put(sf.NOTE, SAMPLES[sf.NOTE])
+    w.close()
+    assert read_capture(str(p)).warnings == ["program 9: gone"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.integers(0, 400), st.binary(min_size=1, max_size=8))
+def test_random_and_mutated_files_only_raise_format_error(tmp_path_factory, junk, pos, patch):
+    d = tmp_path_factory.mktemp("fz")
+    p = d / "f.bpfsym"
+    _write(p, [(rt, SAMPLES[rt]) for rt in (sf.SYSCTLS, sf.SIDEBAND, sf.STATS, sf.END)])
+    good = bytearray(p.read_bytes())
+    for data in (sf.MAGIC + junk, bytes(good[:pos] + patch + good[pos + len(patch) :])):
+        p.write_bytes(data)
+        try:
+            read_capture(str(p))
+        except FormatError:
+            pass
+
+
+def test_payload_parsers_raise_construct_errors_only():
+    for rtype, fmt in sf.PAYLOADS.items():
+        raw = fmt.build(SAMPLES[rtype])
+        for cut in range(len(raw)):
+            try:
+                fmt.parse(raw[:cut])
+            except (ConstructError, UnicodeDecodeError):
+                pass
