@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def permission_hint(e: OSError) -> str:
-    what = e.filename or "the kernel"
+    what = f"{e.filename}: " if e.filename else ""
     return (
-        f"{what}: {e.strerror or 'permission denied'}; "
+        f"{what}{e.strerror or 'permission denied'}; "
         "needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN (and kernel.perf_event_paranoid <= 1)"
     )

@@ -9,6 +9,7 @@ installed perf and passed to it unchanged. The side file is <output>.bpfsym.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import queue
 import shutil
@@ -150,6 +151,7 @@ class Recorder:
     def on_control(self, text: str) -> None:
         if text.startswith("warn:") or text.startswith("error:"):
             self.warnings.append(text)
+        if text.startswith("warn:"):
             print(f"bpfsym record: {text}", file=sys.stderr)
 
     def _work(self) -> None:
@@ -273,7 +275,7 @@ def _record(r: RecordArgs, perf_opts: perfopts.PerfOptions, writer: SideFileWrit
     if not client.ready.wait(30) or any(w.startswith("error:") for w in rec.warnings):
         client.stop()
         err = next((w for w in rec.warnings if w.startswith("error:")), "pinner did not start")
-        raise PermissionError(1, f"side-band listener: {err.removeprefix('error: ')}")
+        raise PermissionError(errno.EPERM, f"side-band listener: {err.removeprefix('error: ')}")
     writer.write(sf.KALLSYMS, capture.kernel_kallsyms())
     pinned = rec.snapshot_pin()
     stats = _start_stats(r, writer)

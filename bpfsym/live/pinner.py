@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
     try:
         rings = [sideband.Ring(cpu, pages, clockid) for cpu in sideband.online_cpus()]
     except OSError as e:
-        sender.control(f"error: perf_event_open: {e.strerror}")
+        sender.control(f"error: {e.strerror}")
         return 1
     stop_r, stop_w = os.pipe()
     rt = os.environ.get("BPFSYM_NO_RT") != "1"
@@ -190,7 +190,10 @@ class PinnerClient:
         fds: list[int] = []
         try:
             while True:
-                data, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, fpin.MAX_FDS)
+                try:
+                    data, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, fpin.MAX_FDS)
+                except OSError:
+                    break  # the pinner died (reset): what arrived is kept
                 if not data:
                     break
                 buf += data

@@ -1,0 +1,144 @@
+"""Shared pieces of the live tests: run bpfsym as a user would, the C loader, kallsyms."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bpfsym
+
+REPO = Path(__file__).resolve().parents[2]
+BPF = REPO / "bpf"
+DEMO = BPF / "demo.bpf.o"
+CHURN = BPF / "churn.bpf.o"
+LOADER = BPF / "loader"
+
+# run the same bpfsym the tests import (installed package, or the work tree)
+ENV = dict(os.environ, PYTHONPATH=str(Path(bpfsym.__file__).resolve().parents[1]))
+BPFSYM = [sys.executable, "-P", "-m", "bpfsym"]
+
+
+def bpfsym_run(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", 300)
+    return subprocess.run([*BPFSYM, *args], env=ENV, **kw)
+
+
+def ensure_loader() -> Path:
+    if not LOADER.exists():
+        subprocess.run(["make", "-s", "-C", str(BPF), "loader"], check=True)
+    if not Path("/sys/fs/bpf").is_mount():
+        subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
+    return LOADER
+
+
+def kallsyms_bpf() -> dict[int, str]:
+    """addr -> name of every [bpf] symbol in /proc/kallsyms now."""
+    out = {}
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            if line.rstrip().endswith("[bpf]"):
+                addr, _t, name = line.split()[:3]
+                out[int(addr, 16)] = name
+    return out
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class Recording:
+    """`bpfsym record --no-perf` around `sleep`: ready once the command runs; stopped by SIGINT."""
+
+    def __init__(self, path: Path, *extra: str) -> None:
+        self.path = path
+        self.side = Path(str(path) + ".bpfsym")
+        self.proc = subprocess.Popen(
+            [*BPFSYM, "record", "--no-perf", "-o", str(path), *extra, "--", "sleep", "600"],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr = ""
+        deadline = time.monotonic() + 60
+        while not any(comm(c) == "sleep" for c in children(self.proc.pid)):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"record did not start: {self.proc.communicate()[1]}")
+            time.sleep(0.05)
+
+    def pinner_pid(self) -> int:
+        return next(c for c in children(self.proc.pid) if comm(c) != "sleep")
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        self.proc.send_signal(sig)
+        _out, self.stderr = self.proc.communicate(timeout=120)
+        return self.proc.returncode
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.stop()
+
+
+class Held:
+    """`loader hold OBJ`: programs loaded and kept until closed; .progs is the loader's JSON."""
+
+    def __init__(self, obj: Path, copies: int = 1) -> None:
+        self.proc = subprocess.Popen(
+            [str(ensure_loader()), "hold", str(obj), "--copies", str(copies)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.progs: list[dict] = []
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            doc = json.loads(line)
+            if doc.get("ready"):
+                break
+            self.progs.append(doc)
+        else:
+            raise RuntimeError("loader hold ended before ready")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(60)
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def loader_json(*args: str) -> dict:
+    out = subprocess.run(
+        [str(ensure_loader()), *args], capture_output=True, text=True, check=True, timeout=300
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
