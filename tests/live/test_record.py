@@ -144,7 +144,13 @@ def test_sigkill_leaves_a_readable_file(tmp_path):
 
 def test_sigint_closes_cleanly_and_returns_the_command_status(tmp_path):
     proc = subprocess.Popen(
-        [*_record_argv(tmp_path / "i"), "--", "sh", "-c", 'trap "exit 7" INT; while :; do sleep 0.1; done'],
+        [
+            *_record_argv(tmp_path / "i"),
+            "--",
+            "sh",
+            "-c",
+            'trap "exit 7" INT; while :; do sleep 0.1; done',
+        ],
         env=_env(),
         stderr=subprocess.PIPE,
         text=True,
