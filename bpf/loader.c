@@ -7,6 +7,7 @@
  *   loader run OBJ PROG [--repeat N] [--seconds S] [--size BYTES]
  *   loader hold OBJ [--copies N] [--seconds S]
  *   loader churn OBJ --count N --rate R [--prog NAME]
+ *   loader churn --raw --count N --rate R     (2-insn programs via BPF_PROG_LOAD)
  *   loader info ID
  *
  * Output is one JSON object per line on stdout; errors go to stderr and the
@@ -57,8 +58,9 @@ static void usage(void)
 		"usage: %s run OBJ PROG [--repeat N] [--seconds S] [--size BYTES]\n"
 		"       %s hold OBJ [--copies N] [--seconds S]\n"
 		"       %s churn OBJ --count N --rate R [--prog NAME]\n"
+		"       %s churn --raw --count N --rate R\n"
 		"       %s info ID\n",
-		progname, progname, progname, progname);
+		progname, progname, progname, progname, progname);
 	exit(2);
 }
 
@@ -566,6 +568,40 @@ static void sleep_until(unsigned long long deadline_ns)
 		;
 }
 
+/*
+ * churn --raw: the harshest case, like libbpf's feature probes: a 2-insn
+ * socket filter loaded with BPF_PROG_LOAD and closed at once, living only
+ * for the one bpf_obj_get_info_by_fd() that reads its id.
+ */
+static __u32 *churn_raw(unsigned long long count, unsigned long long rate, unsigned long long *start)
+{
+	struct bpf_insn insns[2] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	__u32 *ids = alloc_array(count, sizeof(*ids));
+
+	*start = now_ns();
+	for (unsigned long long n = 0; n < count; n++) {
+		struct bpf_prog_info info = {};
+		__u32 len = sizeof(info);
+		int fd;
+
+		if (rate)
+			sleep_until(*start + n * 1000000000ull / rate);
+		fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "churn_raw", "GPL", insns, 2, NULL);
+		if (fd < 0)
+			die("BPF_PROG_LOAD: %s", strerror(errno));
+		if (bpf_obj_get_info_by_fd(fd, &info, &len))
+			die("bpf_prog_info: %s", strerror(errno));
+		ids[n] = info.id;
+		close(fd);
+		if ((n + 1) % CHURN_SYNC_EVERY == 0)
+			syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
+	}
+	return ids;
+}
+
 static int cmd_churn(int argc, char **argv)
 {
 	unsigned long long count = 0, rate = ULLONG_MAX, start;
@@ -574,8 +610,11 @@ static int cmd_churn(int argc, char **argv)
 	size_t nr_ids = 0, cap_ids = 0;
 	struct blob blob;
 
+	bool raw;
+
 	if (argc < 1)
 		usage();
+	raw = !strcmp(argv[0], "--raw");
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--count") && i + 1 < argc)
 			count = parse_uint("count", argv[++i]);
@@ -589,6 +628,11 @@ static int cmd_churn(int argc, char **argv)
 	if (!count || rate == ULLONG_MAX)
 		die("churn needs --count N (N > 0) and --rate R (loads/s, 0 = unthrottled)");
 
+	if (raw) {
+		ids = churn_raw(count, rate, &start);
+		nr_ids = count;
+		goto out;
+	}
 	blob = read_object(argv[0]);
 	start = now_ns();
 	for (unsigned long long n = 0; n < count; n++) {
@@ -635,13 +679,14 @@ static int cmd_churn(int argc, char **argv)
 			syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
 	}
 
+	free(blob.data);
+out:
 	printf("{\"loaded\":%zu,\"elapsed_ns\":%llu,\"prog_ids\":[", nr_ids, now_ns() - start);
 	for (size_t i = 0; i < nr_ids; i++)
 		printf("%s%u", i ? "," : "", ids[i]);
 	printf("]}\n");
 	fflush(stdout);
 	free(ids);
-	free(blob.data);
 	return 0;
 }
 

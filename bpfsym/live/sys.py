@@ -23,6 +23,8 @@ _SYSCALLS = {
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+_syscall = _libc.syscall
+_syscall.argtypes = None
 _NR_BPF, _NR_PERF_EVENT_OPEN = _SYSCALLS.get(platform.machine(), (321, 298))
 
 
@@ -47,13 +49,16 @@ class Buffer:
 def bpf(cmd: int, attr: bytes | bytearray) -> int:
     """bpf(cmd, attr, size); for a bytearray the kernel's write-back lands in it."""
     size = len(attr)
-    buf = ctypes.create_string_buffer(bytes(attr), size)
-    ret = _libc.syscall(_NR_BPF, ctypes.c_int(cmd), buf, ctypes.c_uint(size))
+    if isinstance(attr, bytes):
+        # read-only attr: the kernel only reads it, pass the bytes object's memory
+        ret = _syscall(_NR_BPF, cmd, attr, size)
+    else:
+        buf = ctypes.create_string_buffer(bytes(attr), size)
+        ret = _syscall(_NR_BPF, cmd, buf, size)
+        attr[:] = buf.raw[:size]
     if ret < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"bpf(cmd {cmd}): {os.strerror(err)}")
-    if isinstance(attr, bytearray):
-        attr[:] = buf.raw[:size]
     return int(ret)
 
 
