@@ -24,7 +24,6 @@ _SYSCALLS = {
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _syscall = _libc.syscall
-_syscall.argtypes = None
 _NR_BPF, _NR_PERF_EVENT_OPEN = _SYSCALLS.get(platform.machine(), (321, 298))
 
 
