@@ -1,0 +1,519 @@
+"""bpfsym top against the running kernel: rates, averages, names, holders, shared stats fds.
+
+A test driver runs an XDP program through BPF_PROG_TEST_RUN at a paced rate and
+logs every run it made; top's figures are checked against that log, against
+bpftool's run_time_ns / run_cnt and against /proc/kallsyms.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import csv
+import errno
+import io
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bpfsym.formats import bpf as fb
+from bpfsym.live.sys import Buffer, bpf
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests/fixtures/top/top_xdp.bpf.o"
+SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+TOP = [sys.executable, "-m", "bpfsym", "top"]
+
+
+def bpftool_prog(prog_id: int) -> dict:
+    out = subprocess.run(
+        ["bpftool", "-j", "prog", "show", "id", str(prog_id)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out)
+
+
+def counters(prog_id: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) as bpftool reads them (absent: statistics never counted)."""
+    p = bpftool_prog(prog_id)
+    return int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0))
+
+
+@contextlib.contextmanager
+def fixture_prog() -> Iterator[tuple[int, int]]:
+    """Load the XDP fixture with bpftool and hold it by fd only: yields (fd, prog id)."""
+    pin = f"/sys/fs/bpf/bpfsym_top_{os.getpid()}_{time.monotonic_ns()}"
+    subprocess.run(["bpftool", "prog", "load", str(FIXTURE), pin, "type", "xdp"], check=True)
+    try:
+        prog_id = int(
+            json.loads(
+                subprocess.run(
+                    ["bpftool", "-j", "prog", "show", "pinned", pin],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )["id"]
+        )
+        path = Buffer(len(pin) + 1)
+        path.write(pin.encode() + b"\0")
+        fd = bpf(
+            fb.BPF_OBJ_GET,
+            fb.obj_get_attr.build({"pathname": path.addr, "bpf_fd": 0, "file_flags": 0}),
+        )
+    finally:
+        os.unlink(pin)
+    try:
+        yield fd, prog_id
+    finally:
+        os.close(fd)
+
+
+def load_unnamed_filter() -> int:
+    """A socket filter `r0 = 0; exit` with no name and no BTF: its fd."""
+    insns = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
+    code, lic = Buffer(len(insns)), Buffer(4)
+    code.write(insns)
+    lic.write(b"GPL\0")
+    attr = fb.prog_load_attr.build(
+        dict(
+            prog_type=1, insn_cnt=2, insns=code.addr, license=lic.addr, log_level=0, log_size=0,
+            log_buf=0, kern_version=0, prog_flags=0, prog_name="",
+        )
+    )  # fmt: skip
+    return bpf(fb.BPF_PROG_LOAD, attr)
+
+
+def prog_test_run(fd: int, repeat: int, data: Buffer, size: int) -> None:
+    attr = fb.test_run_attr.build(
+        dict(
+            prog_fd=fd, retval=0, data_size_in=size, data_size_out=0, data_in=data.addr, data_out=0,
+            repeat=repeat, duration=0, ctx_size_in=0, ctx_size_out=0, ctx_in=0, ctx_out=0, flags=0,
+            cpu=0, batch_size=0,
+        )
+    )  # fmt: skip
+    bpf(fb.BPF_PROG_TEST_RUN, attr)
+
+
+class Driver(threading.Thread):
+    """Runs prog fd `repeat` times every `period` seconds; logs (wall time, total runs)."""
+
+    # repeat 1: for XDP, repeat > 1 swaps the XDP dispatcher (bpf_prog_change_xdp), ~17 ms a call
+    def __init__(self, fd: int, repeat: int = 1, period: float = 0.0005) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.repeat, self.period = fd, repeat, period
+        self.times: list[float] = []
+        self.totals: list[int] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.packet = Buffer(64)
+        self.packet.write(bytes(range(64)))
+
+    def run(self) -> None:
+        total = 0
+        due = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                prog_test_run(self.fd, self.repeat, self.packet, 64)
+                total += self.repeat
+                self.times.append(time.time())
+                self.totals.append(total)
+                due += self.period
+                time.sleep(max(0.0, due - time.monotonic()))
+        except BaseException as e:  # noqa: B036 - reported by the test
+            self.error = e
+
+    def runs_between(self, t0: float, t1: float) -> int:
+        """Runs the driver finished in (t0, t1]."""
+        i0 = bisect.bisect_right(self.times, t0)
+        i1 = bisect.bisect_right(self.times, t1)
+        before = self.totals[i0 - 1] if i0 else 0
+        upto = self.totals[i1 - 1] if i1 else 0
+        return upto - before
+
+    def rate(self) -> float:
+        return self.repeat / self.period
+
+
+@contextlib.contextmanager
+def driving(fd: int) -> Iterator[Driver]:
+    d = Driver(fd)
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop.set()
+        d.join()
+        assert d.error is None, d.error
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def prog_rows(lines: list[dict], prog_id: int) -> list[dict]:
+    return [p for line in lines for p in line["programs"] if p["id"] == prog_id]
+
+
+def check_against_driver(lines: list[dict], prog_id: int, driver: Driver) -> None:
+    """Each interval's runs/s is within 5% of what the driver ran in that window."""
+    checked = 0
+    for line in lines:
+        for p in line["programs"]:
+            if p["id"] != prog_id:
+                continue
+            end = line["time"]
+            driven = driver.runs_between(end - p["interval_s"], end) / p["interval_s"]
+            assert driven > 0.5 * driver.rate(), f"driver fell behind: {driven:.0f}/s"
+            assert abs(p["runs_per_s"] - driven) <= 0.05 * driven, (p, driven)
+            checked += 1
+    assert checked == len(lines)
+
+
+def test_rate_and_average_match_driver_and_bpftool() -> None:
+    with fixture_prog() as (fd, prog_id), driving(fd) as driver:
+        time.sleep(0.3)
+        t0, c0 = counters(prog_id)
+        out = subprocess.run(
+            [*TOP, "-b", "-n", "3", "-d", "1", "--json", "--id", str(prog_id)],
+            cwd=ROOT, check=True, capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        t1, c1 = counters(prog_id)
+    lines = json_lines(out)
+    assert len(lines) == 3
+    check_against_driver(lines, prog_id, driver)
+    rows = prog_rows(lines, prog_id)
+    runs = sum(r["runs"] for r in rows)
+    run_ns = sum(r["run_ns"] for r in rows)
+    # top's three intervals lie inside the window bpftool read around them
+    assert 0 < runs <= c1 - c0 and 0 < run_ns <= t1 - t0
+    top_avg = run_ns / runs
+    bpftool_avg = (t1 - t0) / (c1 - c0)
+    assert abs(top_avg - bpftool_avg) <= 0.10 * bpftool_avg, (top_avg, bpftool_avg)
+    for r in rows:
+        assert r["avg_ns"] == pytest.approx(r["run_ns"] / r["runs"])
+        # %1CPU is run time over wall time; %ALL divides by the online CPUs
+        assert r["cpu_pct_one_cpu"] == pytest.approx(100 * r["run_ns"] / 1e9 / r["interval_s"])
+        assert r["cpu_pct_all_cpus"] == pytest.approx(r["cpu_pct_one_cpu"] / os.cpu_count())
+
+
+def kallsyms_bpf() -> set[str]:
+    with open("/proc/kallsyms") as f:
+        return {ln.split()[2] for ln in f if ln.rstrip().endswith("[bpf]")}
+
+
+def test_json_fields_names_holders_new_and_vanished() -> None:
+    documented = (ROOT / "docs/top.md").read_text()
+    with fixture_prog() as (fd, prog_id):
+        proc = subprocess.Popen(
+            [*TOP, "-b", "-n", "4", "-d", "0.7", "--json"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        unnamed = load_unnamed_filter()
+        unnamed_id = int(bpftool_json_of_fd(unnamed)["id"])
+        packet = Buffer(64)
+        prog_test_run(unnamed, 5000, packet, 64)
+        second = json.loads(proc.stdout.readline())
+        os.close(unnamed)
+        rest = [json.loads(line) for line in proc.stdout]
+        assert proc.wait(timeout=30) == 0
+        ksyms = kallsyms_bpf()
+    lines = [first, second, *rest]
+    assert len(lines) == 4
+    for line in lines:
+        for key in (
+            "time",
+            "interval_s",
+            "ncpus",
+            "sort",
+            "programs_total",
+            "new",
+            "vanished",
+            "programs",
+        ):
+            assert f"`{key}`" in documented, key
+        assert line["ncpus"] == os.cpu_count()
+        for p in line["programs"]:
+            for key in p:
+                assert f"`{key}`" in documented, key
+    # names exactly as /proc/kallsyms, including the BTF name longer than 15 characters
+    fixture = prog_rows(lines, prog_id)
+    assert fixture and all(r["ksym"].endswith("_xdp_top_fixture_sum") for r in fixture)
+    assert fixture[0]["ksym"] in ksyms
+    assert all(r["name"] == "xdp_top_fixture" for r in fixture)
+    assert all(
+        {"pid": os.getpid(), "comm": Path("/proc/self/comm").read_text().strip()} in r["holders"]
+        for r in fixture
+    )
+    seen = prog_rows(lines, unnamed_id)
+    assert seen and seen[0]["new"] and all(not r["new"] for r in seen[1:])
+    assert seen[0]["name"] == "" and seen[0]["ksym"] == f"bpf_prog_{seen[0]['tag']}"
+    assert sum(r["runs"] for r in seen) == 5000
+    assert unnamed_id in [i for line in lines for i in line["new"]]
+    gone = [line for line in lines if unnamed_id in line["vanished"]]
+    assert len(gone) == 1 and all(
+        unnamed_id not in [p["id"] for p in line["programs"]]
+        for line in lines[lines.index(gone[0]) :]
+    )
+    assert all(r["type"] == "socket_filter" for r in seen)
+
+
+def bpftool_json_of_fd(fd: int) -> dict:
+    tag_info = subprocess.run(
+        ["bpftool", "-j", "prog", "show"], check=True, capture_output=True, text=True
+    ).stdout
+    link = os.readlink(f"/proc/self/fd/{fd}")
+    assert link == "anon_inode:bpf-prog"
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        prog_id = int(next(ln.split()[1] for ln in f if ln.startswith("prog_id:")))
+    return next(p for p in json.loads(tag_info) if p["id"] == prog_id)
+
+
+def test_unnamed_name_matches_kallsyms_while_alive() -> None:
+    fd = load_unnamed_filter()
+    try:
+        info = bpftool_json_of_fd(fd)
+        out = subprocess.run(
+            [*TOP, "-b", "-n", "1", "-d", "0.2", "--json", "--id", str(info["id"])],
+            cwd=ROOT, check=True, capture_output=True, text=True, timeout=30,
+        ).stdout  # fmt: skip
+        ksyms = kallsyms_bpf()
+    finally:
+        os.close(fd)
+    (line,) = json_lines(out)
+    (p,) = line["programs"]
+    assert p["ksym"] == f"bpf_prog_{info['tag']}" and p["ksym"] in ksyms
+    assert p["holders"] == [
+        {"pid": os.getpid(), "comm": Path("/proc/self/comm").read_text().strip()}
+    ]
+
+
+def test_filters_and_csv() -> None:
+    with fixture_prog() as (fd, prog_id):
+        other = load_unnamed_filter()
+        try:
+            base = [*TOP, "-b", "-n", "1", "-d", "0.2", "--json"]
+
+            def ids(*extra: str) -> set[int]:
+                out = subprocess.run(
+                    [*base, *extra], cwd=ROOT, check=True, capture_output=True, text=True
+                ).stdout
+                return {p["id"] for p in json_lines(out)[0]["programs"]}
+
+            other_id = int(bpftool_json_of_fd(other)["id"])
+            assert {prog_id, other_id} <= ids()
+            assert prog_id in ids("--type", "xdp") and other_id not in ids("--type", "xdp")
+            assert ids("--id", f"{prog_id},{other_id}") == {prog_id, other_id}
+            named = ids("--name", "top_fixt")
+            assert prog_id in named and other_id not in named
+            assert all("top_fixt" in bpftool_prog(i)["name"] for i in named)
+            assert ids("--pid", str(os.getpid())) == {prog_id, other_id}
+            assert ids("--type", "socket_filter", "--pid", str(os.getpid())) == {other_id}
+            assert ids("--pid", str(os.getpid()), "--name", "nothing-like-this") == set()
+            out = subprocess.run(
+                [*TOP, "-b", "-n", "2", "-d", "0.2", "--csv", "--pid", str(os.getpid())],
+                cwd=ROOT, check=True, capture_output=True, text=True,
+            ).stdout  # fmt: skip
+        finally:
+            os.close(other)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert out.count("\ntime,") == 0 and out.startswith("time,id,")  # one header
+    assert sorted(int(r["id"]) for r in rows) == sorted([prog_id, other_id] * 2)
+    assert {r["holders"] for r in rows} == {
+        f"{os.getpid()}/{Path('/proc/self/comm').read_text().strip()}"
+    }
+
+
+def test_batch_text_fits_80_columns_and_sorts() -> None:
+    idle = load_unnamed_filter()
+    idle_id = int(bpftool_json_of_fd(idle)["id"])
+    try:
+        with fixture_prog() as (fd, prog_id), driving(fd):
+            mine = ["--pid", str(os.getpid())]  # other workloads may be busier than ours
+            out = subprocess.run(
+                [*TOP, "-b", *mine, "0.5", "2"],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
+            by_id = subprocess.run(
+                [*TOP, "-b", "-n", "1", "-d", "0.3", "-s", "id"],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+    finally:
+        os.close(idle)
+    blocks = out.strip().split("\n\n")
+    assert len(blocks) == 2
+    for block in blocks:
+        lines = block.splitlines()
+        assert all(len(ln) < 80 for ln in lines), max(lines, key=len)
+        assert lines[1].split()[:3] == ["ID", "TYPE", "NAME"]
+        # sorted by CPU: the program being run first, then the idle unnamed filter
+        assert [ln.split()[:3] for ln in lines[2:]] == [
+            [str(prog_id), "xdp", "xdp_top_fixture"],
+            [str(idle_id), "socket", "-"],
+        ]
+    listed = [int(ln.split()[0]) for ln in by_id.splitlines()[2:]]
+    assert listed == sorted(listed) and prog_id in listed
+
+
+def stats_fd_holders() -> set[int]:
+    """Pids holding a BPF_ENABLE_STATS fd, from /proc (anon inode "bpf-stats")."""
+    pids = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:bpf-stats":
+                        pids.add(int(pid))
+    return pids
+
+
+HOLDER = """
+import sys
+from bpfsym.formats import bpf as fb
+from bpfsym.live.sys import bpf
+fd = bpf(fb.BPF_ENABLE_STATS, fb.enable_stats_attr.build({"type": fb.BPF_STATS_RUN_TIME}))
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def grows(prog_id: int, wait: float = 0.4) -> bool:
+    a = counters(prog_id)
+    time.sleep(wait)
+    b = counters(prog_id)
+    return b[0] > a[0] and b[1] > a[1]
+
+
+@pytest.mark.parametrize("order", [("a", "b", "c"), ("c", "a", "b"), ("b", "c", "a")])
+def test_shared_stats_fd(order: tuple[str, str, str]) -> None:
+    before = Path(SYSCTL).read_text()
+    with fixture_prog() as (fd, prog_id), driving(fd) as driver:
+        tops = {
+            k: subprocess.Popen(
+                [*TOP, "-b", "--json", "-d", "0.5", "--id", str(prog_id)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for k in ("a", "b")
+        }
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs: dict[str, subprocess.Popen] = {**tops, "c": holder}
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+        outputs: dict[str, list[dict]] = {}
+        for k, p in tops.items():
+            assert p.stdout is not None
+            outputs[k] = [json.loads(p.stdout.readline()) for _ in range(2)]
+        assert {p.pid for p in procs.values()} <= stats_fd_holders()
+        for i, k in enumerate(order):
+            if k == "c":
+                assert holder.stdin is not None
+                holder.stdin.close()
+                assert holder.wait(timeout=10) == 0
+            else:
+                procs[k].send_signal(signal.SIGTERM)
+                rest, _ = procs[k].communicate(timeout=10)
+                assert procs[k].returncode == 0
+                outputs[k] += json_lines(rest)
+            assert procs[k].pid not in stats_fd_holders()
+            if i < len(order) - 1:
+                assert grows(prog_id), f"statistics stopped after {k} quit while others hold them"
+        # none of ours holds statistics now; wait out anybody else's before the final check
+        deadline = time.monotonic() + 120
+        while (
+            stats_fd_holders() or Path(SYSCTL).read_text().strip() != "0"
+        ) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not stats_fd_holders(), f"other stats holders kept running: {stats_fd_holders()}"
+        assert not grows(prog_id, 0.5), "statistics still counting with no holder"
+    assert Path(SYSCTL).read_text() == before
+    for k in ("a", "b"):
+        assert len(outputs[k]) >= 2
+        check_against_driver(outputs[k], prog_id, driver)
+
+
+def test_no_privilege_is_one_line() -> None:
+    r = subprocess.run(
+        # root without CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON
+        ["setpriv", "--bounding-set", "-sys_admin,-bpf,-perfmon", *TOP, "-b", "-n", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "CAP_SYS_ADMIN" in lines[0], r.stderr
+
+
+def read_pty(fd: int, until: bytes, timeout: float = 15.0) -> bytes:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while until not in buf and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as e:
+                if e.errno == errno.EIO:
+                    break
+                raise
+            if not chunk:
+                break
+            buf += chunk
+    return buf
+
+
+def test_full_screen_keys_and_quit() -> None:
+    with fixture_prog() as (fd, prog_id), driving(fd):
+        pid, master = pty.fork()
+        if pid == 0:
+            os.chdir(ROOT)
+            os.environ.update(TERM="xterm", LINES="30", COLUMNS="100")
+            os.execv(sys.executable, [*TOP, "-d", "0.5"])
+        try:
+            screen = read_pty(master, b"xdp_top_fixture")
+            assert b"xdp_top_fixture" in screen and b"RUNS/S" in screen
+            os.write(master, b"/")
+            assert b"filter by name" in read_pty(master, b"filter by name")
+            os.write(master, b"nothing-matches\r")
+            assert b"name~nothing-matches" in read_pty(master, b"name~nothing-matches")
+            os.write(master, b"<")  # from cpu one column left: avg (curses redraws just the change)
+            assert b"avg" in read_pty(master, b"avg")
+            os.write(master, b" ")
+            os.write(master, b"q")
+            read_pty(master, b"\0", timeout=5)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            pid = 0
+        finally:
+            os.close(master)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
