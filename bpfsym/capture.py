@@ -65,6 +65,18 @@ def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
     return b"".join(out)
 
 
+def bpf_image_symbols(path: str = "/proc/kallsyms") -> bytes:
+    """The [bpf] symbols that are not programs: trampolines, dispatchers (bpf_trampoline_*,
+    bpf_dispatcher_*). Reading the BPF part is slow with many programs: run it off the
+    start-up path."""
+    out = []
+    with open(path, "rb") as f:
+        for line in f:
+            if line.endswith(b"\t[bpf]\n") and b" bpf_prog_" not in line:
+                out.append(line)
+    return b"".join(out)
+
+
 def boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:

@@ -283,6 +283,7 @@ def _record(r: RecordArgs, perf_opts: perfopts.PerfOptions, writer: SideFileWrit
     forward = _forward_signals(child)
     for prog_id, fd in pinned:
         rec.fetch(prog_id, fd, "snapshot", -1)
+    writer.write(sf.KALLSYMS, capture.bpf_image_symbols())
     status = child.wait()
     forward()
     if stats is not None:

@@ -181,8 +181,11 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
                 timeline = _Timeline(header.byteorder == "little")
             elif header is None:
                 raise FormatError(path, off, "first record is not the header")
-            elif rtype == sf.KALLSYMS:
-                cap.kallsyms = parse_kallsyms(payload.decode("utf-8", "replace"))
+            elif rtype == sf.KALLSYMS:  # the kernel part, then BPF trampolines and dispatchers
+                cap.kallsyms = sorted(
+                    cap.kallsyms + parse_kallsyms(payload.decode("utf-8", "replace")),
+                    key=lambda s: s.addr,
+                )
             elif rtype == sf.SYSCTLS:
                 cap.sysctls = {s.name: s.value for s in sf.sysctls.parse(payload)}
             elif rtype == sf.PROGRAM:

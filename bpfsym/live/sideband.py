@@ -99,7 +99,8 @@ class Ring:
                 hdr = m[base + pos : base + size] + m[base : base + pos + 8 - size]
             rsize = _HEAD.unpack(hdr)[2]
             if rsize < 8:
-                break  # never written by a sane kernel; stop rather than spin
+                tail = head  # never written by a sane kernel: drop the rest, never spin
+                break
             if pos + rsize <= size:
                 out.append(m[base + pos : base + pos + rsize])
             else:

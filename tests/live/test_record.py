@@ -230,16 +230,21 @@ def test_lost_records_are_counted_and_programs_recovered(tmp_path):
         assert h["prog_id"] in progs and progs[h["prog_id"]].has_image
 
 
-def test_kallsyms_snapshot_is_the_kernel_part(tmp_path):
+def test_kallsyms_snapshot_is_the_kernel_part_plus_trampolines(tmp_path):
     r = bpfsym_run("record", "--no-perf", "-o", str(tmp_path / "ks"), "--", "true")
     assert r.returncode == 0
     cap = read_capture(str(tmp_path / "ks.bpfsym"))
     with open("/proc/kallsyms") as f:
-        kernel = [ln.split() for ln in f if not ln.rstrip().endswith("[bpf]")]
-    names = {s.name for s in cap.kallsyms}
-    assert len(cap.kallsyms) == len(kernel)
-    assert {"bpf_prog_load", "bpf_prog_test_run_xdp"} <= names
-    assert not [n for n in names if re.match(r"bpf_prog_[0-9a-f]{16}", n)]
+        lines = [ln.split() for ln in f]
+    # kernel and module symbols, plus [bpf] ones that are not programs (dispatchers,
+    # trampolines); programs come from bpf_prog_info instead
+    want = [
+        (int(p[0], 16), p[2]) for p in lines if p[-1] != "[bpf]" or not p[2].startswith("bpf_prog_")
+    ]
+    got = [(s.addr, s.name) for s in cap.kallsyms]
+    assert sorted(got) == sorted(want)
+    assert {"bpf_prog_load", "bpf_prog_test_run_xdp"} <= {n for _, n in got}
+    assert not [n for _, n in got if re.match(r"bpf_prog_[0-9a-f]{16}", n)]
 
 
 def _env():
