@@ -1,0 +1,96 @@
+"""How fast bpfsym report is against perf report on a large perf.data with call graphs.
+
+Records (or takes with -i) a system-wide cpu-clock profile of >= 450k samples with
+call chains over a busy workload (dd on every CPU plus a BPF program run through
+BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
+`perf report --stdio --no-children -g none`) and the call-graph view (vs
+`perf report --stdio`).
+
+    python3 bench/report_speed.py                # record ~15 s, then compare
+    python3 bench/report_speed.py -i big.data    # compare on an existing file
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import print_ratio, timed  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BPF_OBJ = os.path.join(ROOT, "tests", "fixtures", "perfdata", "xdp_spin.bpf.o")
+PIN = "/sys/fs/bpf/bpfsym_bench_spin"
+
+
+def record(path: str, seconds: int, freq: int) -> None:
+    """perf record -a -g at freq Hz while dd and a BPF test run keep every CPU busy."""
+    if subprocess.run(["mountpoint", "-q", "/sys/fs/bpf"]).returncode:
+        subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
+    subprocess.run(["rm", "-f", PIN])
+    subprocess.run(["bpftool", "prog", "load", BPF_OBJ, PIN], check=True)
+    pkt = tempfile.NamedTemporaryFile(delete=False)
+    pkt.write(bytes(64))
+    pkt.close()
+    ncpu = os.cpu_count() or 1
+    work = " & ".join(
+        [f"timeout {seconds} dd if=/dev/zero of=/dev/null bs=1 count=1000000000"] * ncpu
+        + [
+            f"timeout {seconds} sh -c 'while :; do bpftool prog run pinned {PIN}"
+            f" data_in {pkt.name} repeat 20000 >/dev/null; done'"
+        ]
+    )
+    try:
+        subprocess.run(
+            ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(freq), "-a", "-g", "-o", path,
+             "--", "sh", "-c", work + "; wait"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["rm", "-f", PIN])
+        os.unlink(pkt.name)
+
+
+def count_samples(path: str) -> int:
+    out = subprocess.run(
+        ["perf", "report", "-i", path, "--stats"], capture_output=True, text=True, check=True
+    ).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("SAMPLE events:"):
+            return int(line.split()[2])
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-i", "--input", help="existing perf.data (default: record one)")
+    p.add_argument("-s", "--seconds", type=int, default=15)
+    p.add_argument("-F", "--freq", type=int, default=20000)
+    p.add_argument("-r", "--repeat", type=int, default=3, help="runs per command, best kept")
+    args = p.parse_args()
+    path = args.input
+    if path is None:
+        path = os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
+        record(path, args.seconds, args.freq)
+    n = count_samples(path)
+    print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")
+    if n < 450_000:
+        print("warning: fewer than 450k samples; raise --seconds or --freq", file=sys.stderr)
+    ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, "--no-side", "--stdio"]
+    perf = ["perf", "report", "-i", path, "--stdio"]
+    flat = print_ratio(
+        "flat view",
+        timed(ours, args.repeat, ROOT),
+        timed([*perf, "--no-children", "-g", "none"], args.repeat),
+    )
+    graph = print_ratio(
+        "call-graph view", timed([*ours, "-g"], args.repeat, ROOT), timed(perf, args.repeat)
+    )
+    return 0 if max(flat, graph) <= 1.0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

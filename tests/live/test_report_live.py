@@ -1,0 +1,226 @@
+"""bpfsym report against perf report on fresh recordings of real BPF programs (root, perf)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIX = os.path.join(ROOT, "tests", "fixtures", "perfdata")
+PKT = "/tmp/bpfsym_live_pkt64"
+
+
+def sh(*cmd: str, **kw: object) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def pins() -> Iterator[str]:
+    if subprocess.run(["mountpoint", "-q", "/sys/fs/bpf"]).returncode:
+        sh("mount", "-t", "bpf", "bpf", "/sys/fs/bpf")
+    d = f"/sys/fs/bpf/bpfsym_report_live_{uuid.uuid4().hex[:8]}"
+    os.makedirs(d)
+    with open(PKT, "wb") as f:
+        f.write(bytes(64))
+    # loaded before perf starts: perf synthesizes its records
+    sh("bpftool", "prog", "load", os.path.join(FIX, "xdp_spin.bpf.o"), f"{d}/spin")
+    yield d
+    sh("rm", "-rf", d)
+
+
+def bpf_kallsyms() -> dict[int, str]:
+    with open("/proc/kallsyms") as f:
+        return {
+            int(line.split()[0], 16): line.split()[2]
+            for line in f
+            if line.rstrip().endswith("[bpf]")
+        }
+
+
+def workload(pins: str, tag: str, ksyms: str) -> str:
+    """Shell text: run the preloaded program, then load, run and unload xdp_burn.
+
+    The /proc/kallsyms BPF lines seen while xdp_burn is loaded go to the file ksyms.
+    """
+    run = f"bpftool prog run pinned {{}} data_in {PKT} repeat {{}} >/dev/null"
+    burn = f"{pins}/burn_{tag}"
+    return "; ".join(
+        [
+            run.format(f"{pins}/spin", 40000),
+            f"bpftool prog load {FIX}/xdp_burn.bpf.o {burn}",
+            f"grep -F '[bpf]' /proc/kallsyms > {ksyms} || true",
+            run.format(burn, 40000),
+            f"rm {burn}",
+            "dd if=/dev/zero of=/dev/null bs=1 count=150000 2>/dev/null",
+        ]
+    )
+
+
+def perf_record(out: str, opts: list[str], cmd: str) -> None:
+    sh("perf", "record", "-q", *opts, "-o", out, "--", "sh", "-c", cmd,
+       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def perf_report(path: str, *args: str) -> str:
+    return subprocess.run(
+        ["perf", "report", "-i", path, "--stdio", *args],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+
+
+def bpfsym(*args: str) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "bpfsym", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def sections(text: str) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    cur: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"# Samples: \S+\s+of event '([^']+)'", line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+            continue
+        m = re.match(r"\s+([\d.]+)%\s+(\[.\] \S.*?)\s*$", line)
+        if m:
+            cur[m.group(2)] = cur.get(m.group(2), 0.0) + float(m.group(1))
+    return out
+
+
+def event_counts(text: str) -> dict[str, int]:
+    return {
+        ev: int(n)
+        for ev, n in re.findall(r"of event '([^']+)'\n# Event count \(approx\.\): (\d+)", text)
+    }
+
+
+def perf_renames(path: str, ksyms: dict[int, str]) -> dict[str, str]:
+    """perf's synthesized names that differ from kallsyms at the same address."""
+    text = perf_report(path, "--header-only", "-I")
+    out = {}
+    for name, addr in re.findall(r"sub_prog \d+: (\S+) addr 0x([0-9a-f]+)", text):
+        k = ksyms.get(int(addr, 16))
+        if k and k != name:
+            out[f"[k] {name}"] = f"[k] {k}"
+    return out
+
+
+def compare(ours: str, perf: str, renames: dict[str, str]) -> tuple[int, float]:
+    """Every symbol both name has the same percentage; returns (compared, perf % covered)."""
+    o, p = sections(ours), sections(perf)
+    assert set(o) == set(p)
+    n = 0
+    covered = 0.0
+    for ev, rows in p.items():
+        want: dict[str, float] = {}
+        for s, pct in rows.items():
+            want[renames.get(s, s)] = want.get(renames.get(s, s), 0.0) + pct
+        for s, pct in want.items():
+            if s in o[ev]:
+                assert abs(o[ev][s] - pct) <= 0.0101 + 0.01 * (s in renames.values()), (ev, s)
+                n += 1
+                covered += pct
+    return n, covered / len(p)
+
+
+def test_flat_percentages_equal_perf_system_wide(pins: str, tmp_path: object) -> None:
+    data = os.path.join(str(tmp_path), "a.data")
+    perf_record(
+        data,
+        ["-e", "cpu-clock", "-a", "-g"],
+        workload(pins, "a", os.path.join(str(tmp_path), "ksyms.txt")),
+    )
+    ksyms = bpf_kallsyms()
+    ours = bpfsym("report", "-i", data, "--no-side", "--sort", "sym")
+    perf = perf_report(data, "--no-children", "-g", "none", "--sort", "sym")
+    assert event_counts(ours) == event_counts(perf)
+    n, covered = compare(ours, perf, perf_renames(data, ksyms))
+    assert n > 50 and covered > 97.0
+    spin = [s for s in sections(ours)["cpu-clock"] if s.endswith("_spin_mix")]
+    assert spin and spin[0][4:] in ksyms.values()
+
+
+def test_unloaded_programs_named_as_kallsyms_had_them(pins: str, tmp_path: object) -> None:
+    data = os.path.join(str(tmp_path), "u.data")
+    perf_record(
+        data,
+        ["-e", "cpu-clock", "-a"],
+        workload(pins, "u", os.path.join(str(tmp_path), "ksyms.txt")),
+    )
+    with open(os.path.join(str(tmp_path), "ksyms.txt")) as f:
+        while_loaded = {line.split()[2] for line in f}
+    gone = {n for n in while_loaded if n.endswith(("_xdp_burn", "_burn_mix"))}
+    assert len(gone) >= 2 and not gone & set(bpf_kallsyms().values())  # unloaded by now
+    ours = sections(bpfsym("report", "-i", data, "--no-side", "--sort", "sym", "--bpf-only"))
+    named = {s[4:] for s in ours["cpu-clock"]}
+    assert any(n.endswith("_burn_mix") for n in named)
+    assert {n for n in named if "burn" in n} <= gone
+
+
+@pytest.mark.parametrize(
+    "kind,opts",
+    [
+        ("pipe", ["-e", "cpu-clock", "-a", "-g"]),
+        ("compressed", ["-z", "-e", "cpu-clock", "-a", "-g"]),
+        ("multi", ["-e", "cpu-clock,task-clock", "-a"]),
+    ],
+)
+def test_pipe_compressed_and_multi_event_totals(
+    pins: str, tmp_path: object, kind: str, opts: list[str]
+) -> None:
+    data = os.path.join(str(tmp_path), f"{kind}.data")
+    cmd = workload(pins, kind, os.path.join(str(tmp_path), "ksyms.txt"))
+    if kind == "pipe":
+        with open(data, "wb") as out:
+            sh("perf", "record", "-q", *opts, "-o", "-", "--", "sh", "-c", cmd, stdout=out,
+               stderr=subprocess.DEVNULL)  # fmt: skip
+    else:
+        perf_record(data, opts, cmd)
+    ksyms = bpf_kallsyms()
+    ours = bpfsym("report", "-i", data, "--no-side", "--sort", "sym")
+    perf = perf_report(data, "--no-children", "-g", "none", "--sort", "sym")
+    counts = event_counts(ours)
+    assert counts == event_counts(perf)
+    assert len(counts) == (2 if kind == "multi" else 1)
+    n, covered = compare(ours, perf, perf_renames(data, ksyms))
+    assert n > 20 and covered > 95.0
+
+
+def test_side_file_names_and_kallsyms_file(pins: str, tmp_path: object) -> None:
+    data = os.path.join(str(tmp_path), "s.data")
+    r = subprocess.run(
+        [sys.executable, "-m", "bpfsym", "record", "-o", data, "-e", "cpu-clock", "-a",
+         "--", "sh", "-c", workload(pins, "s", os.path.join(str(tmp_path), "ksyms.txt"))],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(str(tmp_path), "ksyms.txt")) as f:
+        while_loaded = {int(line.split()[0], 16): line.split()[2] for line in f}
+    ours = bpfsym("report", "-i", data, "--sort", "sym")
+    assert f"# side file: {data}.bpfsym" in ours
+    perf = perf_report(data, "--no-children", "-g", "none", "--sort", "sym")
+    n, covered = compare(ours, perf, perf_renames(data, while_loaded))
+    assert n > 20
+    jit = re.compile(r"\[k\] bpf_prog_[0-9a-f]{16}")
+    bpf = {s[4:] for s in sections(ours)["cpu-clock"] if jit.match(s)}
+    assert any(b.endswith("_burn_mix") for b in bpf) and bpf <= set(while_loaded.values())
+    # the kallsyms file holds every BPF function seen, also the unloaded xdp_burn
+    ksyms = os.path.join(str(tmp_path), "ksyms")
+    bpfsym("kallsyms", "-i", data + ".bpfsym", "-o", ksyms)
+    with open(ksyms) as f:
+        lines = f.read().splitlines()
+    listed = {(int(x.split()[0], 16), x.split()[2]) for x in lines if x.endswith("\t[bpf]")}
+    mine = {(a, n) for a, n in while_loaded.items() if n.endswith(("_xdp_burn", "_burn_mix"))}
+    assert len(mine) == 2 and mine <= listed
+    assert os.stat(ksyms).st_mode & 0o777 == 0o600
+    named = perf_report(data, "--kallsyms", ksyms, "--no-children", "-g", "none", "--sort", "sym")
+    assert any(n in named for _a, n in mine)
