@@ -377,10 +377,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
 
 
+Heat = Mapping[int, Mapping[int, int]]  # prog id -> native address -> samples
+
+
 def select(
-    capture: Capture, prog_id: int | None, symbol: str | None, samples: Mapping[int, int]
+    capture: Capture, prog_id: int | None, symbol: str | None, samples: Heat
 ) -> list[tuple[Program, str | None]]:
-    """The programs (and the one function, when a function was named) to annotate."""
+    """The programs (and the one function, when a function was named) to annotate;
+    with neither, the programs with samples, hottest first."""
     progs = capture.programs
     if prog_id is None and symbol is not None and symbol.isdigit():
         prog_id, symbol = int(symbol), None
@@ -389,7 +393,8 @@ def select(
     if symbol is None:
         if prog_id is not None:
             return [(p, None) for p in progs]
-        hot = [p for p in progs if any(_fn_samples(f, samples) for f in p.functions)]
+        hot = [p for p in progs if sum(samples.get(p.id, {}).values())]
+        hot.sort(key=lambda p: -sum(samples[p.id].values()))
         return [(p, None) for p in hot]
     out: list[tuple[Program, str | None]] = []
     for p in progs:
@@ -400,13 +405,9 @@ def select(
     return out
 
 
-def _fn_samples(fn: Function, samples: Mapping[int, int]) -> int:
-    return sum(n for a, n in samples.items() if fn.addr <= a < fn.addr + fn.size)
-
-
 def annotate(
     capture: Capture,
-    samples: Mapping[int, int],
+    samples: Heat,
     *,
     prog_id: int | None = None,
     symbol: str | None = None,
@@ -421,7 +422,7 @@ def annotate(
         msg = f"no BPF program matches {what}" if what else "no samples in any BPF program"
         return msg + " (see bpfsym report for what was sampled)\n", 1
     views = [
-        build_view(p, samples, capture.kallsyms, capture.header.arch,
+        build_view(p, samples.get(p.id, {}), capture.kallsyms, capture.header.arch,
                    programs=capture.programs, only=only)
         for p, only in chosen
     ]  # fmt: skip
@@ -430,17 +431,13 @@ def annotate(
     return "\n".join(render_text(v, top=top, color=color) for v in views), 0
 
 
-def sample_counts(perf_data: str, capture: Capture) -> dict[int, int]:
-    """Native address -> samples in BPF code. Not wired yet: the lead connects perf.data."""
-    return {}
-
-
 def run(args: argparse.Namespace) -> int:
+    from bpfsym.heat import bpf_sample_counts
     from bpfsym.store import read_capture
 
     side = args.side or f"{args.input}.bpfsym"
     capture = read_capture(side)
-    samples = sample_counts(args.input, capture) if os.path.exists(args.input) else {}
+    samples = bpf_sample_counts(args.input, capture) if os.path.exists(args.input) else {}
     text, status = annotate(
         capture,
         samples,

@@ -311,7 +311,7 @@ def a64_capture() -> Capture:
 
 def test_arm64_annotated() -> None:
     cap = a64_capture()
-    text, status = annotate.annotate(cap, {A64_FN + 8: 3, A64_FN + 32: 1}, prog_id=7)
+    text, status = annotate.annotate(cap, {7: {A64_FN + 8: 3, A64_FN + 32: 1}}, prog_id=7)
     assert status == 0
     rows = [m.group(1) for m in re.finditer(r"^.{16}  ffff80008100[0-9a-f]{4}  (.*)$", text, re.M)]
     assert rows == [
@@ -348,7 +348,7 @@ def test_select() -> None:
     assert annotate.select(cap, None, str(xdp.id), {}) == [(xdp, None)]
     assert annotate.select(cap, None, sub.name, {}) == [(xdp, sub.name)]
     assert annotate.select(cap, None, "tp_insns", {}) == [(tp["prog"], None)]
-    assert annotate.select(cap, None, None, {tp["prog"].functions[0].addr: 1}) == [
+    assert annotate.select(cap, None, None, {tp["prog"].id: {tp["prog"].functions[0].addr: 1}}) == [
         (tp["prog"], None)
     ]
     text, status = annotate.annotate(cap, {}, symbol=sub.name)

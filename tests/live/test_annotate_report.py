@@ -1,0 +1,38 @@
+"""annotate and report agree on the demo recorded under load: every BPF sample falls on an
+instruction boundary, and per-instruction counts add up to report's count per function."""
+
+from __future__ import annotations
+
+import json
+
+from livekit import DEMO, bpfsym_run, ensure_loader
+
+from bpfsym.heat import bpf_sample_counts
+from bpfsym.store import read_capture
+
+
+def test_annotate_counts_match_report_and_fall_on_boundaries(tmp_path):
+    out = tmp_path / "perf.data"
+    r = bpfsym_run(
+        "record", "-e", "cpu-clock", "-F", "4999", "-a", "-g", "-o", str(out), "--",
+        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--seconds", "2",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = bpfsym_run("report", "-i", str(out), "--sort", "func", "--bpf-only", "--json")
+    assert rep.returncode == 0, rep.stderr
+    by_func = {row["func"]: row["samples"] for row in json.loads(rep.stdout)["events"][0]["rows"]}
+    ann = bpfsym_run("annotate", "-i", str(out), "--json")
+    assert ann.returncode == 0, ann.stderr
+    progs = json.loads(ann.stdout)
+    demo = next(p for p in progs if p["name"] == "xdp_demo")
+    assert len(demo["functions"]) == 4
+    starts = set()
+    for f in demo["functions"]:
+        insns = f["instructions"]
+        starts |= {i["address"] for i in insns}
+        assert sum(i["samples"] for i in insns) == f["samples"] == by_func[f["name"]], f["name"]
+        # the instructions cover the function's bytes exactly
+        assert sum(len(i["bytes"]) // 2 for i in insns) == f["size"]
+    assert sum(f["samples"] for f in demo["functions"]) > 500
+    heat = bpf_sample_counts(str(out), read_capture(str(out) + ".bpfsym"))
+    assert set(heat[demo["prog_id"]]) <= starts
