@@ -290,3 +290,20 @@ def test_without_realtime_scheduling_warns_and_still_captures(tmp_path):
     ids = json.loads(r.stdout.strip().splitlines()[-1])["prog_ids"]
     progs = _by_id(read_capture(str(tmp_path / "rt.bpfsym")))
     assert all(i in progs and progs[i].functions for i in ids)
+
+
+def test_clockid_option_applies_to_side_band_times(tmp_path):
+    # -k monotonic goes to perf and to bpfsym's listeners: side-band times are then
+    # CLOCK_MONOTONIC, comparable with a clock read here before and after
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    out = tmp_path / "perf.data"
+    r = bpfsym_run(
+        "record", "-k", "monotonic", "-e", "cpu-clock", "-o", str(out), "--",
+        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--repeat", "100",
+    )  # fmt: skip
+    after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert r.returncode == 0, r.stderr
+    cap = read_capture(str(out) + ".bpfsym")
+    assert cap.header.clock_id == time.CLOCK_MONOTONIC
+    demo = next(p for p in cap.programs if p.name == "xdp_demo" and p.origin == "sideband")
+    assert before < demo.load_time < demo.unload_time < after

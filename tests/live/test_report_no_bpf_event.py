@@ -1,0 +1,37 @@
+"""perf recorded with --no-bpf-event knows nothing of BPF programs; with bpfsym's side
+file the report still names samples in a program unloaded long before, as kallsyms did."""
+
+from __future__ import annotations
+
+import json
+
+from livekit import DEMO, Held, bpfsym_run, ensure_loader, kallsyms_bpf
+
+
+def test_no_bpf_event_plus_side_file_names_unloaded_programs(tmp_path):
+    with Held(DEMO) as held:  # only to learn the names kallsyms gives the demo
+        ks = set(kallsyms_bpf().values())
+        names = {f["ksym_name"] for p in held.progs for f in p["funcs"]}
+    assert names <= ks
+    out = tmp_path / "perf.data"
+    r = bpfsym_run(
+        "record", "--no-bpf-event", "-e", "cpu-clock", "-F", "4999", "-a", "-o", str(out), "--",
+        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--seconds", "1",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # the program is gone now; perf.data has no KSYMBOL/BPF_EVENT records for it
+    assert not names & set(kallsyms_bpf().values())
+    rep = bpfsym_run("report", "-i", str(out), "--sort", "sym", "--bpf-only", "--json")
+    assert rep.returncode == 0, rep.stderr
+    rows = json.loads(rep.stdout)["events"][0]["rows"]
+    got = {row["sym"].removeprefix("[k] ") for row in rows if row["samples"] > 0}
+    xdp_funcs = {n for n in names if not n.endswith("_tp_demo")}
+    assert xdp_funcs <= got, (xdp_funcs, got)
+    alone = bpfsym_run(
+        "report", "-i", str(out), "--no-side", "--sort", "sym", "--bpf-only", "--json"
+    )
+    assert alone.returncode == 0, alone.stderr
+    got_alone = {
+        row["sym"].removeprefix("[k] ") for row in json.loads(alone.stdout)["events"][0]["rows"]
+    }
+    assert not xdp_funcs & got_alone  # without the side file nothing can name them
