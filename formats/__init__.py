@@ -1,8 +1,59 @@
 """Every binary layout bpfsym reads or writes, declared once with construct.
 
 No I/O and no kernel access here. Installed as ``bpfsym.formats``.
+Hot paths use struct_of(): a struct.Struct derived from a declaration, so the
+layout is still written down once.
 """
+
+from __future__ import annotations
+
+import struct
+
+from construct import (
+    Aligned,
+    Bytes,
+    FixedSized,
+    FormatField,
+    Padded,
+    Renamed,
+    StringEncoded,
+    Struct,
+)
 
 from .errors import FormatError
 
-__all__ = ["FormatError"]
+__all__ = ["FormatError", "struct_of"]
+
+
+def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
+    """The struct.Struct equivalent of a construct Struct of fixed-size fields.
+
+    Integers map to their format; Bytes(n) and fixed strings to "ns" (raw bytes, the
+    caller decodes); Padding to "nx"; Aligned adds its trailing pad. Names are those
+    of the fields that produce values, in order."""
+    pad_to = 0
+    if isinstance(decl, Aligned):
+        pad_to = decl.modulus
+        decl = decl.subcon
+    order = ""
+    fmt = []
+    names = []
+    for sc in decl.subcons:
+        inner = sc.subcon if isinstance(sc, Renamed) else sc
+        if isinstance(inner, FormatField):
+            order = order or inner.fmtstr[0]
+            fmt.append(inner.fmtstr[1:])
+        elif isinstance(inner, Bytes) and isinstance(inner.length, int):
+            fmt.append(f"{inner.length}s")
+        elif isinstance(inner, StringEncoded) and isinstance(inner.subcon, (Padded, FixedSized)):
+            fmt.append(f"{inner.subcon.length}s")  # PaddedString
+        elif isinstance(inner, Padded) and not isinstance(sc, Renamed):
+            fmt.append(f"{inner.length}x")
+            continue
+        else:
+            raise TypeError(f"not a fixed-size field: {sc!r}")
+        names.append(sc.name)
+    out = struct.Struct((order or "<") + "".join(fmt))
+    if pad_to and out.size % pad_to:
+        out = struct.Struct(out.format + f"{pad_to - out.size % pad_to}x")
+    return out, tuple(names)

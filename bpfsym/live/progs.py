@@ -9,11 +9,13 @@ from __future__ import annotations
 import errno
 import os
 import struct
+from collections import namedtuple
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from bpfsym.formats import bpf as fb
+from bpfsym.formats import struct_of
 from bpfsym.live.sys import Buffer, bpf
 
 _INFO = fb.prog_info().compile()  # compiled: ~4x faster parse, same layout
@@ -82,9 +84,18 @@ def _info_call(fd: int, info: bytes | bytearray, cmd: int = fb.BPF_OBJ_GET_INFO_
     return buf.read()
 
 
+_INFO_FAST, _INFO_NAMES = struct_of(fb.prog_info())
+ProgInfo = namedtuple("ProgInfo", _INFO_NAMES)  # type: ignore[misc]
+_NAME_AT = _INFO_NAMES.index("name")
+_ZERO_INFO = bytes(INFO_SIZE)
+
+
 def basic_info(fd: int) -> Any:
-    """bpf_prog_info without arrays, parsed (a construct Container)."""
-    return _INFO.parse(_info_call(fd, bytes(INFO_SIZE)))
+    """bpf_prog_info without arrays, as a ProgInfo named tuple (top reads this per program
+    per refresh: struct, not construct, which costs ~30 µs a parse)."""
+    vals = list(_INFO_FAST.unpack(_info_call(fd, _ZERO_INFO)))
+    vals[_NAME_AT] = vals[_NAME_AT].split(b"\0", 1)[0].decode("utf-8", "replace")
+    return ProgInfo._make(vals)
 
 
 def fetch_blobs(fd: int) -> ProgBlobs:

@@ -41,3 +41,18 @@ def test_pinner_messages(entries):
         assert msg[off : off + len(data)] == data
         off += len(data)
     assert off == len(msg)
+
+
+@given(st.lists(u32, min_size=40, max_size=40), st.binary(min_size=8, max_size=8))
+def test_prog_info_struct_matches_declaration(vals, tag):
+    decl = fb.prog_info()
+    fields = [sc.name for sc in decl.subcon.subcons]
+    value = {name: vals[i] for i, name in enumerate(fields)}
+    value["tag"] = tag
+    value["name"] = "prog_" + str(vals[0] % 1000)
+    raw = decl.build(value)
+    got = dict(zip(progs._INFO_NAMES, progs._INFO_FAST.unpack(raw), strict=True))
+    assert progs._INFO_FAST.size == decl.sizeof() == len(raw)
+    for name in fields:
+        want = value[name].encode().ljust(16, b"\0") if name == "name" else value[name]
+        assert got[name] == want, name
