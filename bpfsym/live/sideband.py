@@ -68,25 +68,38 @@ def sideband_attr(clockid: int | None = None) -> bytes:
 
 
 class Ring:
-    """One CPU's event and its mmap ring buffer of 2^n data pages."""
+    """One CPU's event and its mmap ring buffer of 2^n data pages.
 
-    def __init__(self, cpu: int, pages: int, clockid: int | None = None) -> None:
+    The kernel maps perf rings VM_DONTCOPY: a forked child must map_ring() its own."""
+
+    def __init__(
+        self, cpu: int, pages: int, clockid: int | None = None, *, mapped: bool = True
+    ) -> None:
         self.cpu = cpu
         self.fd = perf_event_open(sideband_attr(clockid), -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
-        page = mmap.PAGESIZE
+        self.pages = pages
+        self.data_off = mmap.PAGESIZE
+        self.size = pages * mmap.PAGESIZE
+        self.map: mmap.mmap | None = None
+        if mapped:
+            self.map_ring()
+
+    def map_ring(self) -> None:
         try:
             self.map = mmap.mmap(
-                self.fd, (pages + 1) * page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+                self.fd,
+                (self.pages + 1) * mmap.PAGESIZE,
+                mmap.MAP_SHARED,
+                mmap.PROT_READ | mmap.PROT_WRITE,
             )
         except OSError:
             os.close(self.fd)
             raise
-        self.data_off = page
-        self.size = pages * page
 
     def read(self) -> list[bytes]:
         """Every complete record now in the ring, oldest first; frees their space."""
         m = self.map
+        assert m is not None, "map_ring() first"
         head = _U64.unpack_from(m, fp.MMAP_DATA_HEAD_OFFSET)[0]
         tail = _U64.unpack_from(m, fp.MMAP_DATA_HEAD_OFFSET + 8)[0]
         out = []
@@ -110,7 +123,8 @@ class Ring:
         return out
 
     def close(self) -> None:
-        self.map.close()
+        if self.map is not None:
+            self.map.close()
         os.close(self.fd)
 
 

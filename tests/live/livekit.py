@@ -88,8 +88,10 @@ class Recording:
                 raise RuntimeError(f"record did not start: {self.proc.communicate()[1]}")
             time.sleep(0.05)
 
-    def pinner_pid(self) -> int:
-        return next(c for c in children(self.proc.pid) if comm(c) != "sleep")
+    def pinner_pids(self) -> list[int]:
+        """The pinner launcher and its per-CPU listener processes."""
+        launcher = next(c for c in children(self.proc.pid) if comm(c) != "sleep")
+        return [launcher, *children(launcher)]
 
     def stop(self, sig: int = signal.SIGINT) -> int:
         self.proc.send_signal(sig)

@@ -390,14 +390,25 @@ def stats_fd_holders() -> set[int]:
     return pids
 
 
-HOLDER = """
-import sys
-from bpfsym.formats import bpf as fb
-from bpfsym.live.sys import bpf
-fd = bpf(fb.BPF_ENABLE_STATS, fb.enable_stats_attr.build({"type": fb.BPF_STATS_RUN_TIME}))
-print("holding", flush=True)
-sys.stdin.read()
-"""
+RECORD = [sys.executable, "-m", "bpfsym", "record", "--no-perf", "--stats=0.2"]
+
+
+def check_record_stats(side: Path, prog_id: int, driver: Driver) -> None:
+    """Between consecutive --stats samples, runs/s is within 5% of what the driver ran."""
+    from bpfsym.store import read_capture
+
+    wall = time.time() - time.monotonic()  # CLOCK_MONOTONIC -> wall, as the driver logs
+    samples = [s for s in read_capture(str(side)).stats if s.prog_id == prog_id]
+    assert len(samples) >= 3
+    for a, b in zip(samples, samples[1:], strict=False):
+        dt = (b.time - a.time) / 1e9
+        driven = driver.runs_between(wall + a.time / 1e9, wall + b.time / 1e9)
+        assert driven > 0 and abs((b.run_cnt - a.run_cnt) - driven) <= 0.05 * driven + 2, (
+            a,
+            b,
+            driven,
+        )
+        assert b.run_time_ns > a.run_time_ns and dt > 0
 
 
 def grows(prog_id: int, wait: float = 0.4) -> bool:
@@ -408,7 +419,8 @@ def grows(prog_id: int, wait: float = 0.4) -> bool:
 
 
 @pytest.mark.parametrize("order", [("a", "b", "c"), ("c", "a", "b"), ("b", "c", "a")])
-def test_shared_stats_fd(order: tuple[str, str, str]) -> None:
+def test_shared_stats_fd(order: tuple[str, str, str], tmp_path: Path) -> None:
+    """Two `top -b` and one `record --stats` hold the stats fd at once, stopped in any order."""
     before = Path(SYSCTL).read_text()
     with fixture_prog() as (fd, prog_id), driving(fd) as driver:
         tops = {
@@ -420,15 +432,17 @@ def test_shared_stats_fd(order: tuple[str, str, str]) -> None:
             )
             for k in ("a", "b")
         }
+        side = tmp_path / "stats"
         holder = subprocess.Popen(
-            [sys.executable, "-c", HOLDER],
+            [*RECORD, "-o", str(side), "--", "sleep", "600"],
             cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         procs: dict[str, subprocess.Popen] = {**tops, "c": holder}
-        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+        deadline = time.monotonic() + 60
+        while holder.pid not in stats_fd_holders() and time.monotonic() < deadline:
+            time.sleep(0.05)
         outputs: dict[str, list[dict]] = {}
         for k, p in tops.items():
             assert p.stdout is not None
@@ -436,9 +450,9 @@ def test_shared_stats_fd(order: tuple[str, str, str]) -> None:
         assert {p.pid for p in procs.values()} <= stats_fd_holders()
         for i, k in enumerate(order):
             if k == "c":
-                assert holder.stdin is not None
-                holder.stdin.close()
-                assert holder.wait(timeout=10) == 0
+                holder.send_signal(signal.SIGINT)
+                _, err = holder.communicate(timeout=60)
+                assert holder.returncode == 130, err  # the command's status: sleep killed by SIGINT
             else:
                 procs[k].send_signal(signal.SIGTERM)
                 rest, _ = procs[k].communicate(timeout=10)
@@ -459,6 +473,7 @@ def test_shared_stats_fd(order: tuple[str, str, str]) -> None:
     for k in ("a", "b"):
         assert len(outputs[k]) >= 2
         check_against_driver(outputs[k], prog_id, driver)
+    check_record_stats(Path(str(side) + ".bpfsym"), prog_id, driver)
 
 
 def test_no_privilege_is_one_line() -> None:
