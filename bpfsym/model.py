@@ -14,6 +14,13 @@ ORIGIN_SIDEBAND = "sideband"  # seen loading through PERF_RECORD_BPF_EVENT / KSY
 ORIGIN_RESCAN = "rescan"  # found by re-enumerating after lost side-band records
 
 
+def ksym_name(tag: bytes | str, name: str) -> str:
+    """A BPF function's /proc/kallsyms name: bpf_prog_<tag>_<name>, or bpf_prog_<tag>
+    when unnamed (bpf_get_prog_name(), kernel/bpf/core.c)."""
+    tag_hex = tag if isinstance(tag, str) else tag.hex()
+    return f"bpf_prog_{tag_hex}_{name}" if name else f"bpf_prog_{tag_hex}"
+
+
 @dataclass
 class Function:
     """One JIT-compiled function (the main program or a sub-program)."""

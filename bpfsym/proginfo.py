@@ -13,17 +13,12 @@ import struct
 
 from bpfsym import btfinfo
 from bpfsym.formats import bpf as fb
-from bpfsym.model import Function, Program
+from bpfsym.model import Function, Program, ksym_name
 
 
 def _ints(blob: bytes, fmt: str) -> list[int]:
     size = struct.calcsize(fmt)
     return [v for (v,) in struct.iter_unpack(fmt, blob[: len(blob) // size * size])]
-
-
-def ksym_name(tag: bytes | str, name: str) -> str:
-    tag_hex = tag if isinstance(tag, str) else tag.hex()
-    return f"bpf_prog_{tag_hex}_{name}" if name else f"bpf_prog_{tag_hex}"
 
 
 def program_from_blobs(

@@ -20,6 +20,7 @@ from bpfsym.formats import btf as fbtf
 from bpfsym.formats.errors import FormatError
 from bpfsym.live import progs
 from bpfsym.live.sys import bpf
+from bpfsym.model import ksym_name
 
 SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 # bpf_obj_name: 16 bytes with the NUL, so 15 characters may be a truncated name
@@ -126,11 +127,6 @@ def boottime_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
-def kallsyms_name(tag: str, name: str) -> str:
-    """bpf_prog_<tag>_<name>, or bpf_prog_<tag> for an unnamed program (kernel bpf_get_prog_name)."""
-    return f"bpf_prog_{tag}_{name}" if name else f"bpf_prog_{tag}"
-
-
 def _btf_func_name(fd: int) -> str | None:
     """The BTF name of the main function, which kallsyms prefers to the 15-character name."""
     got = progs.fetch_blobs(fd)
@@ -155,7 +151,7 @@ class Sampler:
         known = self._names.get(key)
         if known is not None:
             return known
-        ksym = kallsyms_name(tag, name)
+        ksym = ksym_name(tag, name)
         # Kernel names with func_info come from BTF (bpf_get_prog_name): differ only when the
         # 15-character name was truncated or absent.
         if info.nr_func_info and (len(name) >= _OBJ_NAME_MAX or not name):
@@ -164,7 +160,7 @@ class Sampler:
             except OSError:
                 full = None
             if full:
-                ksym = kallsyms_name(tag, full)
+                ksym = ksym_name(tag, full)
         self._names[key] = ksym
         return ksym
 
