@@ -8,6 +8,8 @@ plus what callers aggregate.
 
 from __future__ import annotations
 
+import io
+import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,6 +50,17 @@ def struct_of(decl: Struct) -> tuple[struct.Struct, tuple[str, ...]]:
         else:
             raise TypeError(f"not a fixed-size field: {sc!r}")
     return struct.Struct((order or "<") + "".join(fmt)), tuple(names)
+
+
+def field_offsets(decl: Struct) -> dict[str, int]:
+    """Byte offset of each named field of a construct Struct of fixed-size fields."""
+    out = {}
+    pos = 0
+    for sc in decl.subcons:
+        if sc.name:
+            out[sc.name] = pos
+        pos += sc.sizeof()
+    return out
 
 
 def parse_at(decl: Construct, data: bytes, path: str, offset: int, what: str) -> Any:
@@ -137,6 +150,7 @@ class PerfData:
         self.data_size: int | None = None
         self.file_size: int | None = None
         self.compressed_records = 0
+        self._map: mmap.mmap | None = None
         self._layout_changed()
         try:
             self._read_header()
@@ -145,6 +159,12 @@ class PerfData:
             raise
 
     def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # numpy views of it are still alive: the garbage collector unmaps it
+            self._map = None
         self._f.close()
 
     def __enter__(self) -> PerfData:
@@ -385,6 +405,23 @@ class PerfData:
         if 16 + nr * 32 > size:
             raise FormatError(self.path, off, f"ID_INDEX with {nr} entries in {size} bytes")
         # entries map ids to cpus/threads; the attr of each id is already known from attrs
+
+    # ---- bulk access (numpy) ---------------------------------------------
+
+    def bulk(self, np: Any) -> BulkData | None:
+        """The data section as numpy views for locating records in bulk, or None.
+
+        Only a regular file whose data section is a whole number of u64 words can be
+        mapped so; pipes and streams use records().
+        """
+        if self.pipe or self.data_size is None or self.data_size % 8:
+            return None
+        try:
+            fd = self._f.fileno()
+            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+        return BulkData(self, np, self._map)
 
     # ---- decoding single records ----------------------------------------
 
@@ -734,3 +771,92 @@ class _Inflater:
     def finish(self) -> None:
         if self.pending:
             raise FormatError(self.pd.path, self.last_off, "compressed data ends inside a record")
+
+
+class NotBulk(Exception):
+    """The data section needs the record-by-record reader (unusual records, bad sizes)."""
+
+
+class BulkData:
+    """numpy views of a mapped data section and a walk over it in windows of records.
+
+    Records of perf.data written by perf are u64-aligned (the kernel and perf pad every
+    record to 8), so a record header is a u64 word whose size half-word is a multiple of
+    8: the words that qualify are found at once and the chain of records through them
+    is checked, falling back to walking record by record where it does not hold.
+    """
+
+    def __init__(self, pd: PerfData, np: Any, buf: mmap.mmap) -> None:
+        self.pd = pd
+        self.np = np
+        self.buf = buf
+        e = "<" if pd.little else ">"
+        off = pd.data_offset
+        n = (pd.data_size or 0) // 8
+        self.nwords = n
+        self.base = off  # file offset of word 0
+        self.u64 = np.frombuffer(buf, dtype=e + "u8", count=n, offset=off)
+        self.u32 = np.frombuffer(buf, dtype=e + "u4", count=2 * n, offset=off)
+        self.u16 = np.frombuffer(buf, dtype=e + "u2", count=4 * n, offset=off)
+
+    def windows(self, window: int = 32 << 20) -> Iterator[Any]:
+        """Yield, per stretch of about window bytes, the word index of each record (int64)."""
+        n = self.nwords
+        pos = 0
+        step = max(window // 8, 1)
+        while pos < n:
+            hi = min(n, pos + step)
+            offs = self._chain(pos, hi)
+            if offs is None:
+                offs = self._walk(pos, hi)
+            last = int(offs[-1])
+            pos = last + int(self.u16[4 * last + 3]) // 8
+            if pos > n:
+                raise NotBulk("the last record runs past the data section")
+            yield offs
+        if pos != n:
+            raise NotBulk("records do not end at the end of the data section")
+
+    def _chain(self, pos: int, hi: int) -> Any:
+        """Record starts in [pos, hi) found in bulk, or None when the chain does not check."""
+        np = self.np
+        look = min(self.nwords, hi + (F_MAX_RECORD_WORDS))
+        sizes = self.u16[4 * pos + 3 : 4 * look : 4]
+        cand = np.flatnonzero((sizes >= 8) & ((sizes & 7) == 0))
+        if not len(cand) or cand[0] != 0:
+            return None
+        cand += pos
+        types = self.u32[2 * cand]
+        cand = cand[(types > 0) & (types < 128)]
+        nxt = cand + (self.u16[4 * cand + 3] // 8).astype(np.int64)
+        mark = np.zeros(look - pos + 1, dtype=bool)
+        for _ in range(8):
+            inside = cand < hi
+            c, x = cand[inside], nxt[inside]
+            if len(c) and c[0] == pos and bool(np.all(x[:-1] == c[1:])):
+                return c
+            # a word no record points at is no record (unless it is the first)
+            mark[:] = False
+            mark[np.minimum(nxt, look) - pos] = True
+            mark[0] = True
+            pointed = mark[cand - pos]
+            if bool(pointed.all()):
+                return None
+            cand, nxt = cand[pointed], nxt[pointed]
+        return None
+
+    def _walk(self, pos: int, hi: int) -> Any:
+        sizes = self.u16
+        out: list[int] = []
+        add = out.append
+        n = self.nwords
+        while pos < hi:
+            size = int(sizes[4 * pos + 3])
+            if size < 8 or size & 7 or pos + size // 8 > n:
+                raise NotBulk("a record of odd or too small size")
+            add(pos)
+            pos += size // 8
+        return self.np.array(out, dtype=self.np.int64)
+
+
+F_MAX_RECORD_WORDS = MAX_RECORD // 8

@@ -19,7 +19,7 @@ from typing import Any
 from .formats import perf as K
 from .formats import perfdata as F
 from .formats.errors import FormatError
-from .perfdata import EventAttr, PerfData
+from .perfdata import EventAttr, NotBulk, PerfData, field_offsets
 from .symbolize import (
     FROM_KALLSYMS_HOST,
     FROM_KALLSYMS_SIDE,
@@ -122,6 +122,59 @@ class Analysis:
     bpf_only: bool
     callchains: bool
     total_samples: int
+    cells: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # (head, sym) -> cells
+    runtime: dict[str, ProgRuntime] = field(default_factory=dict)  # by program (kallsyms) name
+    stats_every: float | None = None  # seconds between record --stats samples
+    accelerated: bool = False  # numpy did the per-sample work
+
+
+@dataclass
+class ProgRuntime:
+    """A program's BPF runtime stats between its first and last `record --stats` sample."""
+
+    runs: int
+    run_time_ns: int
+    cpu_percent: float  # of one CPU: run time over the wall time between the samples
+
+    @property
+    def ns_per_run(self) -> float:
+        return self.run_time_ns / self.runs if self.runs else 0.0
+
+
+def prog_runtime(cap: Any) -> tuple[dict[str, ProgRuntime], float | None]:
+    """Per-program deltas of the side file's stats samples, and the sampling interval.
+
+    Programs sharing a kallsyms name (the same code loaded twice) are added up.
+    """
+    if cap is None or not cap.stats:
+        return {}, None
+    names = {p.id: p.functions[0].name for p in cap.programs if p.functions}
+    by_id: dict[int, list[Any]] = {}
+    for x in cap.stats:
+        by_id.setdefault(x.prog_id, []).append(x)
+    out: dict[str, ProgRuntime] = {}
+    for prog_id, xs in by_id.items():
+        name = names.get(prog_id)
+        if name is None:
+            continue
+        xs.sort(key=lambda x: x.time)
+        first, last = xs[0], xs[-1]
+        wall = last.time - first.time
+        runs = last.run_cnt - first.run_cnt
+        ns = last.run_time_ns - first.run_time_ns
+        cpu = 100.0 * ns / wall if wall > 0 else 0.0
+        r = out.get(name)
+        if r is None:
+            out[name] = ProgRuntime(runs, ns, cpu)
+        else:
+            r.runs += runs
+            r.run_time_ns += ns
+            r.cpu_percent += cpu
+    times = sorted({x.time for x in cap.stats})
+    # the sampler sleeps the interval after each sample: the shortest gap is the closest
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    every = float(f"{min(gaps) / 1e9:.2g}") if gaps else None
+    return out, every
 
 
 def _indexes(ev: EventAttr) -> tuple[int, int, int, int, int, int]:
@@ -134,13 +187,13 @@ def _indexes(ev: EventAttr) -> tuple[int, int, int, int, int, int]:
 
 
 def _kernel_symbols(
-    pd: PerfData, cap: Any, kallsyms: str | None
+    pd: PerfData, cap: Any, kallsyms: str | None, np: Any = None
 ) -> tuple[KernelSymbols | None, str]:
     """Pick the kernel symbol source; the second item says why (for the header or misses)."""
     if kallsyms:
         try:
             text = read_host_kallsyms(kallsyms)
-            return KernelSymbols.from_text(text, f"kallsyms file {kallsyms}"), ""
+            return KernelSymbols.from_text(text, f"kallsyms file {kallsyms}", np=np), ""
         except OSError as e:
             raise FormatError(kallsyms, 0, f"cannot read: {e.strerror}") from None
     if cap is not None and cap.kallsyms:
@@ -148,23 +201,24 @@ def _kernel_symbols(
     release = os.uname().release
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
-            return _host("boot id matches the side file")
+            return _host("boot id matches the side file", np)
         return None, "no kallsyms: the side file has none and was recorded in another boot"
     rec = pd.header.osrelease
     if rec and rec == release:
         return _host(
             f"osrelease {rec} matches; perf.data has no boot id,"
-            " so a reboot since recording would go unnoticed"
+            " so a reboot since recording would go unnoticed",
+            np,
         )
     return None, f"no kallsyms: recorded on {rec or 'an unknown kernel'}, this host runs {release}"
 
 
-def _host(note: str) -> tuple[KernelSymbols | None, str]:
+def _host(note: str, np: Any = None) -> tuple[KernelSymbols | None, str]:
     try:
         text = read_host_kallsyms()
     except OSError as e:
         return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
-    ks = KernelSymbols.from_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})")
+    ks = KernelSymbols.from_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})", np)
     if not len(ks):
         return None, "no kallsyms: /proc/kallsyms addresses are hidden (kernel.kptr_restrict)"
     return ks, ""
@@ -178,36 +232,66 @@ def analyze(
     bpf_only: bool = False,
     kallsyms: str | None = None,
     stream: Any = None,
+    accelerate: bool | None = None,
 ) -> Analysis:
-    """Stream a perf.data file and aggregate its samples by the sort keys."""
+    """Stream a perf.data file and aggregate its samples by the sort keys.
+
+    accelerate: use numpy for the bulk of the samples (None: when it is installed);
+    the result is the same either way.
+    """
     keys = keys or ["comm", "dso", "sym"]
     cap = None
     if side:
         from .store import read_capture
 
         cap = read_capture(side)
+    np = _numpy() if accelerate is not False else None
+    if np is not None and stream is None:
+        pd = PerfData(path)
+        with pd:
+            bulk = pd.bulk(np)
+            if bulk is not None:
+                try:
+                    a: _Aggregator = _BulkAggregator(
+                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk
+                    )
+                    a.run()
+                    an = _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
+                    an.accelerated = True
+                    return an
+                except (NotBulk, FormatError):
+                    pass  # the record-by-record reader says what is wrong, or copes
     pd = PerfData(path, stream)
     with pd:
-        return _analyze(pd, cap, side, keys, callchains, bpf_only, kallsyms)
+        a = _Aggregator(pd, cap, keys, callchains, bpf_only, kallsyms, np)
+        a.run()
+        return _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
 
 
-def _analyze(
-    pd: PerfData,
-    cap: Any,
-    side: str | None,
-    keys: list[str],
-    callchains: bool,
-    bpf_only: bool,
-    kallsyms: str | None,
+def _with_runtime(an: Analysis, cap: Any) -> Analysis:
+    an.runtime, an.stats_every = prog_runtime(cap)
+    return an
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _analysis(
+    pd: PerfData, a: _Aggregator, keys: list[str], callchains: bool, bpf_only: bool
 ) -> Analysis:
-    a = _Aggregator(pd, cap, keys, callchains, bpf_only, kallsyms)
-    a.run()
+    origins: dict[str, int] = {}
+    unresolved: dict[str, int] = {}
     for st in a.events.values():
         for key, (_period, n) in st.rows.items():
             s = _unpack_key(key, keys)[3]
-            a.origins[s.origin] = a.origins.get(s.origin, 0) + n
+            origins[s.origin] = origins.get(s.origin, 0) + n
             if s.origin == UNRESOLVED:
-                a.unresolved[s.reason] = a.unresolved.get(s.reason, 0) + n
+                unresolved[s.reason] = unresolved.get(s.reason, 0) + n
     notes: list[str] = []
     sym = a.sym
     if sym.kernel is not None:
@@ -221,8 +305,8 @@ def _analyze(
         header=pd.header,
         events=a.events,
         keys=keys,
-        origins=a.origins,
-        unresolved=a.unresolved,
+        origins=dict(sorted(origins.items(), key=lambda x: (-x[1], x[0]))),
+        unresolved=dict(sorted(unresolved.items(), key=lambda x: (-x[1], x[0]))),
         notes=notes,
         lost=a.lost,
         records=a.nrec,
@@ -261,19 +345,19 @@ class _Aggregator:
         callchains: bool,
         bpf_only: bool,
         kallsyms: str | None,
+        np: Any = None,
     ) -> None:
         self.pd = pd
         self.cap = cap
+        self.np = np
         self.kallsyms = kallsyms
         self.keys = keys
         self.callchains = callchains
         self.bpf_only = bpf_only
-        ks, why = _kernel_symbols(pd, cap, kallsyms) if not pd.pipe else (None, "")
+        ks, why = _kernel_symbols(pd, cap, kallsyms, np) if not pd.pipe else (None, "")
         self.sym = Symbolizer(ks, why, cap)
         self.ready = False
         self.events: dict[int, EventStats] = {}
-        self.origins: dict[str, int] = {}
-        self.unresolved: dict[str, int] = {}
         self.lost = 0
         self.nrec = 0
         self.total = 0
@@ -288,7 +372,7 @@ class _Aggregator:
     def _prepare(self) -> None:
         pd, sym = self.pd, self.sym
         if pd.pipe:
-            sym.kernel, sym.kernel_note = _kernel_symbols(pd, self.cap, self.kallsyms)
+            sym.kernel, sym.kernel_note = _kernel_symbols(pd, self.cap, self.kallsyms, self.np)
         sym.set_header(pd.header.bpf_progs, pd.header.btfs, pd.header.build_ids)
         self.ready = True
 
@@ -535,6 +619,685 @@ class _Aggregator:
             sym.bpf_event(*args)
 
 
+MAP_CHANGES = (K.RECORD_MMAP, K.RECORD_MMAP2, K.RECORD_COMM, K.RECORD_FORK)
+KERNEL_CHANGES = (K.RECORD_KSYMBOL, K.RECORD_BPF_EVENT)
+COMM_CHANGES = (K.RECORD_COMM, K.RECORD_FORK)
+BULK_REFUSED = (
+    F.RECORD_COMPRESSED,
+    F.RECORD_COMPRESSED2,
+    F.RECORD_HEADER_ATTR,
+    F.RECORD_HEADER_FEATURE,
+)
+BULK_NEEDS = K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME
+
+
+class _BulkAggregator(_Aggregator):
+    """The same pass as _Aggregator with numpy doing the per-sample work.
+
+    Records are located and sample fields decoded for a window of the data section at
+    once. Delivery follows the same rounds: a record goes out at the first round flush
+    whose limit covers its time (in (time, arrival) order), so each sample is given its
+    place among the side-band records. Symbolizer state only changes at side-band
+    records, and only for some samples (a pid's maps, a tid's comm, kernel BPF symbols),
+    so samples are grouped by (address, the state that matters to them), each group is
+    resolved once while the side-band records are applied in order, and BPF addresses
+    are further split by the load/unload times of the functions that ever sat there.
+    """
+
+    def __init__(
+        self,
+        pd: PerfData,
+        cap: Any,
+        keys: list[str],
+        callchains: bool,
+        bpf_only: bool,
+        kallsyms: str | None,
+        np: Any,
+        bulk: Any,
+    ) -> None:
+        attrs = pd.attrs
+        ev0 = attrs[0] if attrs else None
+        if (
+            ev0 is None
+            or ev0.sample_type & BULK_NEEDS != BULK_NEEDS
+            or any(a.sample_type != ev0.sample_type for a in attrs)
+            or any(a.read_size is None or a.read_size != ev0.read_size for a in attrs)
+        ):
+            raise NotBulk("samples of this file need the record-by-record reader")
+        super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np)
+        self.bulk = bulk
+        self.ev0 = ev0
+        offs = field_offsets(pd.L.sample_prefix(ev0.sample_type))
+        self.prefix_size = ev0.prefix.size
+        self.pos = offs
+        self.pending: dict[str, Any] | None = None
+        self.pending_sb: list[tuple] = []
+        self.limits: list[int] = [0]
+        self.max_t = 0
+        self.nfr = 0
+        self.seq = 0
+        self.fixed_periods = [int(a.attr.sample_period) or 1 for a in attrs]
+        ids = sorted((i, a.index) for a in attrs for i in a.ids)
+        self.id_keys = np.array([i for i, _ in ids], dtype=np.uint64)
+        self.id_attrs = np.array([a for _, a in ids], dtype=np.int64)
+        self.sym_ids: dict[int, int] = {}
+        self.syms: list[Sym] = []
+        self.timed_cache: dict[tuple, tuple[Sym, ...]] = {}
+        self.comm_ids: dict[str, int] = {}
+        self.comm_names: list[str] = []
+
+    # ---- reading -----------------------------------------------------------
+
+    def run(self) -> None:
+        pd, b = self.pd, self.bulk
+        progress = _Progress(pd)
+        windows = b.windows()
+        offs = next(windows, None)
+        while offs is not None:
+            following = next(windows, None)
+            self._window(offs, last=following is None)
+            progress.tick(b.base + 8 * int(offs[-1]))
+            offs = following
+        if self.pending is not None or self.pending_sb:
+            self._window(None, last=True)
+        self.nrec = self.seq
+        progress.done()
+
+    def _window(self, offs: Any, last: bool) -> None:
+        np, b, pd = self.np, self.bulk, self.pd
+        if offs is None:
+            offs = np.zeros(0, dtype=np.int64)
+        n = len(offs)
+        u16, u32 = b.u16, b.u32
+        types = u32[2 * offs]
+        seqs = np.arange(self.seq + 1, self.seq + 1 + n, dtype=np.int64)
+        self.seq += n
+        is_sample = types == K.RECORD_SAMPLE
+        other = np.flatnonzero(~is_sample)
+        t_all = np.zeros(n, dtype=np.uint64)
+        # -- samples
+        sidx = np.flatnonzero(is_sample)
+        smp = self._samples(offs[sidx], seqs[sidx])
+        if smp is not None:
+            t_all[sidx] = smp["t"]
+        # -- everything else, in file order
+        sb_new: list[tuple] = []
+        fr_at: list[int] = []
+        sizes = u16[4 * offs[other] + 3].tolist()
+        miscs = u16[4 * offs[other] + 2].tolist()
+        for j, (i, rtype) in enumerate(zip(other.tolist(), types[other].tolist(), strict=True)):
+            start = b.base + 8 * int(offs[i])
+            size = sizes[j]
+            if rtype in SIDEBAND:
+                item = self._sideband(rtype, miscs[j], b.buf, start, size, start)
+                t = item[0] or 0
+                t_all[i] = t
+                sb_new.append((t, int(seqs[i]), rtype, item[1], miscs[j], i))
+            elif rtype == F.RECORD_FINISHED_ROUND:
+                fr_at.append(i)
+            elif rtype == K.RECORD_LOST:
+                if size >= 24:
+                    self.lost += self.u64.unpack_from(b.buf, start + 16)[0]
+            elif rtype == K.RECORD_LOST_SAMPLES:
+                if size >= 16:
+                    self.lost += self.u64.unpack_from(b.buf, start + 8)[0]
+            elif rtype == F.RECORD_ID_INDEX:
+                pd._id_index(b.buf, start, size, start)
+            elif rtype in BULK_REFUSED:
+                raise NotBulk(f"record type {rtype}")
+        # -- rounds: flush j uses the newest time seen before round j-1 ended
+        nfr0 = self.nfr
+        if fr_at:
+            running = np.maximum.accumulate(t_all)
+            for i in fr_at:
+                seen = int(running[i - 1]) if i > 0 else 0
+                self.max_t = max(self.max_t, seen)
+                self.limits.append(self.max_t)
+            self.nfr += len(fr_at)
+        if n:
+            self.max_t = max(self.max_t, int(t_all.max()))
+        fr_pos = np.array(fr_at, dtype=np.int64)
+        # arrival round of each record: flushes it could first go out in
+        if smp is not None:
+            smp["j"] = nfr0 + np.searchsorted(fr_pos, sidx, side="left")
+        for k, x in enumerate(sb_new):
+            sb_new[k] = (*x[:5], nfr0 + int(np.searchsorted(fr_pos, x[5], side="left")))
+        # -- merge with what waits from earlier windows, pick what goes out now
+        if self.pending is not None:
+            smp = self.pending if smp is None else _concat(np, self.pending, smp)
+        sbs = self.pending_sb + sb_new
+        limits = np.array(self.limits[: self.nfr], dtype=np.uint64)
+        final = self.nfr  # the flush at the end of the data
+        if smp is not None:
+            k = np.maximum(smp["j"], np.searchsorted(limits, smp["t"], side="left"))
+            smp["k"] = k
+            if last:
+                go = np.ones(len(k), dtype=bool)
+            else:
+                go = k < final
+            if bool(go.all()):
+                now, self.pending = smp, None
+            else:
+                now = {name: v[go] for name, v in smp.items()}
+                self.pending = {name: v[~go] for name, v in smp.items()}
+        else:
+            now = None
+        sb_now: list[tuple] = []
+        self.pending_sb = []
+        for x in sbs:
+            kk = max(x[5], bisect.bisect_left(self.limits, x[0], 0, self.nfr))
+            if last or kk < final:
+                sb_now.append((kk, x[0], x[1], x[2], x[3], x[4]))
+            else:
+                self.pending_sb.append(x)
+        sb_now.sort()
+        if now is not None and len(now["t"]) or sb_now:
+            if not self.ready:
+                self._prepare()
+            self._deliver_bulk(now, sb_now)
+
+    def _samples(self, so: Any, seqs: Any) -> dict[str, Any] | None:
+        """Fields of the samples starting at words so, as arrays."""
+        np, b, pd = self.np, self.bulk, self.pd
+        if not len(so):
+            return None
+        u16, u32, u64 = b.u16, b.u32, b.u64
+        size = u16[4 * so + 3].astype(np.int64)
+        if bool((size < 8 + self.prefix_size).any()):
+            raise NotBulk("sample shorter than its sample_type")
+        body = so + 1
+        pos = self.pos
+        out: dict[str, Any] = {
+            "off": so,
+            "seq": seqs,
+            "misc": u16[4 * so + 2],
+            "ip": u64[body + pos["ip"] // 8],
+            "pid": u32[2 * body + pos["pid"] // 4],
+            "tid": u32[2 * body + pos["tid"] // 4],
+            "t": u64[body + pos["time"] // 8],
+        }
+        if "cpu" in pos:
+            out["cpu"] = u32[2 * body + pos["cpu"] // 4].astype(np.int64)
+        else:
+            out["cpu"] = np.full(len(so), -1, dtype=np.int64)
+        if len(self.pd.attrs) == 1 or pd.sample_id_pos is None:
+            ev = np.zeros(len(so), dtype=np.int64)
+        else:
+            ids = u64[body + pd.sample_id_pos // 8]
+            at = np.searchsorted(self.id_keys, ids)
+            at = np.minimum(at, len(self.id_keys) - 1)
+            ev = np.where(self.id_keys[at] == ids, self.id_attrs[at], 0)
+        out["ev"] = ev
+        if "period" in pos:
+            out["period"] = u64[body + pos["period"] // 8]
+        else:
+            out["period"] = np.array(self.fixed_periods, dtype=np.uint64)[ev]
+        if self.ev0.sample_type & K.SAMPLE_CALLCHAIN:
+            nr_at = body + (self.prefix_size + (self.ev0.read_size or 0)) // 8
+            nr = u64[nr_at]
+            room = (so + size // 8 - nr_at - 1).astype(np.uint64)
+            if bool((nr > room).any()):
+                raise NotBulk("callchain runs past its sample")
+            out["chain"] = nr_at
+            out["nr"] = nr.astype(np.int64)
+        return out
+
+    # ---- delivering ----------------------------------------------------------
+
+    def _sym_id(self, s: Sym) -> int:
+        i = self.sym_ids.get(id(s))
+        if i is None:
+            i = self.sym_ids[id(s)] = len(self.syms)
+            self.syms.append(s)
+        return i
+
+    def _comm_id(self, tid: int) -> int:
+        c = self.sym.comms.get(tid)
+        if c is None:
+            c = f":{tid}"
+        i = self.comm_ids.get(c)
+        if i is None:
+            i = self.comm_ids[c] = len(self.comm_names)
+            self.comm_names.append(c)
+        return i
+
+    def _deliver_bulk(self, smp: dict[str, Any] | None, sbs: list[tuple]) -> None:
+        """Deliver samples and side-band records (sbs sorted by (round, time, arrival))."""
+        np = self.np
+        sym = self.sym
+        nsb = len(sbs)
+        if smp is None or not len(smp["t"]):
+            for x in sbs:
+                self._apply(x[3], x[4], x[5])
+            return
+        t = smp["t"]
+        n = len(t)
+        cnt = self._places(smp, sbs)
+        self._new_events(smp)
+        want_comm = "comm" in self.keys or "pid" in self.keys
+        mode = (smp["misc"] & 7).astype(np.int64)
+        g_inv, ng = self._sym_groups(smp, sbs, cnt, mode)
+        big = np.iinfo(np.int64).max
+        g_rep = np.full(ng, big, dtype=np.int64)
+        np.minimum.at(g_rep, g_inv, cnt)
+        g_first = np.full(ng, big, dtype=np.int64)
+        np.minimum.at(g_first, g_inv, np.arange(n, dtype=np.int64))
+        probes = [(g_rep, 0)]
+        c_inv = None
+        c_tid: list[int] = []
+        nc = 0
+        if want_comm:
+            c_inv, nc, c_first, c_rep = self._comm_groups(smp, sbs, cnt)
+            c_tid = smp["tid"][c_first].tolist()
+            probes.append((c_rep, 1))
+        # -- one pass over the side-band records, resolving each group where it lives
+        rep = np.concatenate([p for p, _ in probes])
+        kind = np.concatenate([np.full(len(p), k, dtype=np.int64) for p, k in probes])
+        index = np.concatenate([np.arange(len(p)) for p, _ in probes])
+        order = np.argsort(rep, kind="stable")
+        rep_l, kind_l, index_l = rep[order].tolist(), kind[order].tolist(), index[order].tolist()
+        first_l = g_first.tolist()
+        ip_f = smp["ip"][g_first].tolist()
+        pid_f = smp["pid"][g_first].tolist()
+        mode_f = mode[g_first].tolist()
+        t_f = t[g_first].tolist()
+        g_sym = [0] * ng
+        c_comm = [0] * nc
+        timed: list[tuple[Any, Any]] = []  # (samples, their symbol ids): BPF, by time
+        timed_of: dict[int, int] = {}
+        members = _Members(np, g_inv, ng)
+        chains = self.callchains and "chain" in smp
+        if chains:
+            s_order = np.argsort(cnt, kind="stable")
+            s_cnt = cnt[s_order].tolist()
+            g_inv_l = g_inv.tolist()
+        p = si = 0
+        nprobe = len(rep_l)
+        for c in range(nsb + 1):
+            while p < nprobe and rep_l[p] == c:
+                gi = index_l[p]
+                p += 1
+                if kind_l[p - 1] == 1:
+                    c_comm[gi] = self._comm_id(c_tid[gi])
+                    continue
+                m, ip = mode_f[gi], ip_f[gi]
+                if m == F.MISC_KERNEL:
+                    s = sym.resolve_kernel(ip, t_f[gi])
+                    entry = sym.kcache.get(ip)
+                    if type(entry) is tuple:
+                        mem = members(gi)
+                        ids = self._by_time(entry, ip, t[mem])
+                        timed.append((mem, ids))
+                        if chains:
+                            timed_of.update(zip(mem.tolist(), ids.tolist(), strict=True))
+                elif m == F.MISC_USER:
+                    s = sym.resolve_user(pid_f[gi], ip)
+                else:
+                    s = sym.resolve(m, pid_f[gi], ip, t_f[gi])
+                g_sym[gi] = self._sym_id(s)
+            if chains:
+                si = self._chains(smp, s_order, s_cnt, si, c, g_sym, g_inv_l, timed_of,
+                                  c_inv, c_comm)  # fmt: skip
+            if c < nsb:
+                x = sbs[c]
+                self._apply(x[3], x[4], x[5])
+        del first_l
+        sym_of = np.array(g_sym, dtype=np.int64)[g_inv]
+        for mem, ids in timed:
+            sym_of[mem] = ids
+        self._rows(smp, sym_of, g_inv, ng, c_inv, c_comm)
+
+    def _sym_groups(
+        self, smp: dict[str, Any], sbs: list[tuple], cnt: Any, mode: Any
+    ) -> tuple[Any, int]:
+        """Group samples by (mode, address, the side-band state their symbol depends on).
+
+        Kernel symbols change with KSYMBOL/BPF_EVENT records, a process's with the
+        MMAP/COMM/FORK records of its pid; other modes never resolve.
+        """
+        np = self.np
+        n = len(mode)
+        ip = smp["ip"]
+        g_inv = np.empty(n, dtype=np.int64)
+        base = 0
+        kernel = mode == F.MISC_KERNEL
+        user = mode == F.MISC_USER
+        for sel_mask, what in ((kernel, 1), (user, 2), (~(kernel | user), 0)):
+            sel = np.flatnonzero(sel_mask)
+            if not len(sel):
+                continue
+            ipu, ip_inv = np.unique(ip[sel], return_inverse=True)
+            if what == 1:
+                kpos = np.array(
+                    [i for i, x in enumerate(sbs) if x[3] in KERNEL_CHANGES], dtype=np.int64
+                )
+                state = np.searchsorted(kpos, cnt[sel], side="left")
+            elif what == 2:
+                mk = sorted(
+                    (int(x[4][0]) << 32) | i for i, x in enumerate(sbs) if x[3] in MAP_CHANGES
+                )
+                mkeys = np.array(mk, dtype=np.uint64)
+                pid = smp["pid"][sel].astype(np.uint64)
+                ugen = np.searchsorted(mkeys, (pid << np.uint64(32)) | cnt[sel].astype(np.uint64))
+                state = _dense(np, pid * np.uint64(len(mkeys) + 1) + ugen.astype(np.uint64))[0]
+            else:
+                state = mode[sel]
+            if int(state.max()) * len(ipu) >= 1 << 62:
+                raise NotBulk("too many address groups")
+            inv, ng = _dense(np, state * len(ipu) + ip_inv)
+            g_inv[sel] = inv + base
+            base += ng
+        return g_inv, base
+
+    def _comm_groups(
+        self, smp: dict[str, Any], sbs: list[tuple], cnt: Any
+    ) -> tuple[Any, int, Any, Any]:
+        """Group samples by (tid, COMM/FORK records of that tid before them)."""
+        np = self.np
+        ck = sorted(
+            (int(x[4][1 if x[3] == K.RECORD_COMM else 2]) << 32) | i
+            for i, x in enumerate(sbs)
+            if x[3] in COMM_CHANGES
+        )
+        ckeys = np.array(ck, dtype=np.uint64)
+        tid = smp["tid"].astype(np.uint64)
+        cgen = np.searchsorted(ckeys, (tid << np.uint64(32)) | cnt.astype(np.uint64))
+        tid_d, _ = _dense(np, tid)
+        c_inv, nc = _dense(np, tid_d * (len(ckeys) + 1) + cgen)
+        big = np.iinfo(np.int64).max
+        c_first = np.full(nc, big, dtype=np.int64)
+        np.minimum.at(c_first, c_inv, np.arange(len(tid), dtype=np.int64))
+        c_rep = np.full(nc, big, dtype=np.int64)
+        np.minimum.at(c_rep, c_inv, cnt)
+        return c_inv, nc, c_first, c_rep
+
+    def _by_time(self, entry: tuple, ip: int, ts: Any) -> Any:
+        """Symbol ids for samples at a BPF address, by which function was alive when."""
+        np = self.np
+        side, perfc, _fallback = entry
+        bps = sorted({x for f in (*side, *perfc) for x in (f.load, f.unload) if x is not None})
+        bucket = np.searchsorted(np.array(bps, dtype=np.uint64), ts, side="right")
+        ids = np.empty(len(ts), dtype=np.int64)
+        for bk in np.unique(bucket).tolist():
+            sel = bucket == bk
+            t0 = int(ts[np.flatnonzero(sel)[0]])
+            ids[sel] = self._sym_id(self.sym.resolve_kernel(ip, t0))
+        return ids
+
+    def _places(self, smp: dict[str, Any], sbs: list[tuple]) -> Any:
+        """How many of the side-band records sbs go out before each sample."""
+        np = self.np
+        k = smp["k"]
+        n = len(k)
+        if not sbs:
+            return np.zeros(n, dtype=np.int64)
+        sb_k = np.array([x[0] for x in sbs], dtype=np.int64)
+        lo = np.searchsorted(sb_k, k, side="left")
+        hi = np.searchsorted(sb_k, k, side="right")
+        cnt = lo.astype(np.int64)
+        mixed = np.flatnonzero(hi > lo)
+        if not len(mixed):
+            return cnt
+        t, seq = smp["t"], smp["seq"]
+        mixed = mixed[np.argsort(k[mixed], kind="stable")]
+        km = k[mixed]
+        bounds = np.flatnonzero(np.diff(km)) + 1
+        for part in np.split(mixed, bounds):
+            a, z = int(lo[part[0]]), int(hi[part[0]])
+            sb_t = np.array([x[1] for x in sbs[a:z]], dtype=np.uint64)
+            ts = t[part]
+            at = np.searchsorted(sb_t, ts, side="left")
+            cnt[part] = a + at
+            ties = np.flatnonzero((at < len(sb_t)) & (sb_t[np.minimum(at, len(sb_t) - 1)] == ts))
+            for q in ties.tolist():
+                i = int(part[q])
+                j = a + int(at[q])
+                while j < z and sbs[j][1] == int(t[i]) and sbs[j][2] < int(seq[i]):
+                    j += 1
+                cnt[i] = j
+        return cnt
+
+    def _chains(
+        self,
+        smp: dict[str, Any],
+        order: Any,
+        s_cnt: list[int],
+        si: int,
+        c: int,
+        g_sym: list[int],
+        g_inv: list[int],
+        timed_of: dict[int, int],
+        c_inv: Any,
+        c_comm: list[int],
+    ) -> int:
+        """Call chains of the samples placed right before side-band record c."""
+        n = len(s_cnt)
+        if si >= n or s_cnt[si] != c:
+            return si
+        end = si
+        while end < n and s_cnt[end] == c:
+            end += 1
+        sym = self.sym
+        idx = order[si:end]
+        syms = self.syms
+        idx_l = idx.tolist()
+        sym_l = [timed_of.get(i, g_sym[g_inv[i]]) for i in idx_l]
+        keys = self.keys
+        want_comm = c_inv is not None
+        want_tid = "pid" in keys
+        want_cpu = "cpu" in keys
+        bpf_only = self.bpf_only
+        comms = [self.comm_names[c_comm[x]] for x in c_inv[idx].tolist()] if want_comm else None
+        tid_l = smp["tid"][idx].tolist()
+        cpu_l = smp["cpu"][idx].tolist()
+        pid_l = smp["pid"][idx].tolist()
+        ip_l = smp["ip"][idx].tolist()
+        t_l = smp["t"][idx].tolist()
+        mode_l = (smp["misc"][idx] & 7).tolist()
+        ev_l = smp["ev"][idx].tolist()
+        per_l = smp["period"][idx].tolist()
+        at_l = (self.bulk.base + 8 * smp["chain"][idx]).tolist()
+        nr_l = smp["nr"][idx].tolist()
+        buf = self.bulk.buf
+        e = "<" if self.pd.little else ">"
+        chain_cache = self.chain_cache
+        timed_cache = self.timed_cache
+        bps = _bpf_times(sym)
+        events = self.events
+        for q in range(len(sym_l)):
+            s = syms[sym_l[q]]
+            if bpf_only and s.bpf is None:
+                continue
+            if want_comm:
+                tid = tid_l[q]
+                head: tuple = (comms[q], tid if want_tid else 0)  # type: ignore[index]
+            else:
+                head = ()
+            if want_cpu:
+                head = (cpu_l[q], *head)
+            if sym.kgen != self.chain_kgen:
+                chain_cache.clear()
+                timed_cache.clear()
+                self.chain_kgen = sym.kgen
+                bps = _bpf_times(sym)
+            pid, mode, ip = pid_l[q], mode_l[q], ip_l[q]
+            a = at_l[q] + 8
+            raw = buf[a : a + 8 * nr_l[q]]
+            ck = (pid, sym.ugen.get(pid, 0), mode, ip, raw)
+            chain = chain_cache.get(ck)
+            if chain is None:
+                # a chain through BPF code resolves alike between two load/unload times
+                tk = (ck, bisect.bisect_right(bps, t_l[q]))
+                chain = timed_cache.get(tk)
+                if chain is None:
+                    tup = struct.unpack(f"{e}{nr_l[q]}Q", raw)
+                    chain, timeless = sym.resolve_chain(mode, pid, ip, tup, t_l[q])
+                    if timeless:
+                        chain_cache[ck] = chain
+                    else:
+                        timed_cache[tk] = chain
+            st = events[ev_l[q]]
+            sk = (head, chain)
+            r = st.stacks.get(sk)
+            if r is None:
+                st.stacks[sk] = [per_l[q], 1]
+            else:
+                r[0] += per_l[q]
+                r[1] += 1
+        return end
+
+    def _rows(
+        self,
+        smp: dict[str, Any],
+        sym_of: Any,
+        g_inv: Any,
+        ng: int,
+        c_inv: Any,
+        c_comm: list[int],
+    ) -> None:
+        """Add the samples to the rows of their events."""
+        np = self.np
+        keys = self.keys
+        want_tid = "pid" in keys
+        want_cpu = "cpu" in keys
+        want_ip = "srcline" in keys
+        ev = smp["ev"]
+        period = smp["period"]
+        nev = len(self.pd.attrs)
+        n_ev = np.bincount(ev, minlength=nev).tolist()
+        for e in np.flatnonzero(n_ev).tolist():
+            st = self.events[e]
+            st.samples += n_ev[e]
+            st.period += int(period[ev == e].sum()) if nev > 1 else int(period.sum())
+        self.total += len(ev)
+        keep = None
+        if self.bpf_only:
+            is_bpf = np.array([s.bpf is not None for s in self.syms], dtype=bool)
+            keep = np.flatnonzero(is_bpf[sym_of])
+        comm_of = np.array(c_comm, dtype=np.int64)[c_inv] if c_inv is not None else None
+        cols: list[tuple[Any, int]] = [(ev, nev)]
+        if comm_of is not None:
+            cols.append((comm_of, len(self.comm_names)))
+        if want_tid:
+            cols.append(_dense(np, smp["tid"].astype(np.int64)))
+        if want_cpu:
+            cols.append(_dense(np, smp["cpu"] + 1))
+        cols.append((sym_of, len(self.syms)))
+        if want_ip:
+            cols.append((g_inv, ng))
+        key = np.zeros(len(ev), dtype=np.int64)
+        room = 1
+        for col, radix in cols:
+            room *= max(radix, 1)
+            if room >= 1 << 62:
+                raise NotBulk("too many rows")
+            key = key * max(radix, 1) + col
+        at = np.arange(len(ev), dtype=np.int64)
+        if keep is not None:
+            key, period, at = key[keep], period[keep], keep
+        if not len(key):
+            return
+        inv, nrows = _dense(np, key)
+        counts = np.bincount(inv, minlength=nrows).tolist()
+        if int(period.sum()) < 1 << 53:  # float sums of integers stay exact
+            sums = [int(x) for x in np.bincount(inv, weights=period.astype(np.float64)).tolist()]
+        else:
+            perm = np.argsort(inv, kind="stable")
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            sums = np.add.reduceat(period[perm], starts).tolist()
+        first = np.full(nrows, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, inv, at)
+        ev_l = ev[first].tolist()
+        sym_l = sym_of[first].tolist()
+        comm_l = comm_of[first].tolist() if comm_of is not None else None
+        tid_l = smp["tid"][first].tolist()
+        cpu_l = smp["cpu"][first].tolist()
+        ip_l = smp["ip"][first].tolist()
+        syms = self.syms
+        names = self.comm_names
+        for q in range(nrows):
+            s = syms[sym_l[q]]
+            if comm_l is not None:
+                k: tuple = (names[comm_l[q]], tid_l[q] if want_tid else 0, s)
+            else:
+                k = (s,)
+            if want_cpu:
+                k = (cpu_l[q], *k)
+            if want_ip:
+                k = (*k, ip_l[q])
+            rows = self.events[ev_l[q]].rows
+            r = rows.get(k)
+            if r is None:
+                rows[k] = [sums[q], counts[q]]
+            else:
+                r[0] += sums[q]
+                r[1] += counts[q]
+
+    def _new_events(self, smp: dict[str, Any]) -> None:
+        """EventStats for events first seen here, in the order their first samples go out."""
+        np = self.np
+        ev = smp["ev"]
+        firsts = []
+        for e in np.unique(ev).tolist():
+            if e in self.events:
+                continue
+            sel = np.flatnonzero(ev == e)
+            k, t, seq = smp["k"][sel], smp["t"][sel], smp["seq"][sel]
+            i = np.lexsort((seq, t, k))[0]
+            firsts.append(((int(k[i]), int(t[i]), int(seq[i])), e))
+        for _, e in sorted(firsts):
+            self.events[e] = EventStats(self.pd.attrs[e])
+
+
+def _bpf_times(sym: Symbolizer) -> list[int]:
+    """Every load and unload time of the BPF functions known now, sorted."""
+    funcs = (*sym.bpf_side.funcs, *sym.bpf_perf.funcs)
+    return sorted({x for f in funcs for x in (f.load, f.unload) if x is not None})
+
+
+def _dense(np: Any, key: Any) -> tuple[Any, int]:
+    """Number the distinct values of a non-negative integer array 0.. in value order."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64), 0
+    top = int(key.max())
+    if top < DENSE_TABLE:
+        seen = np.zeros(top + 1, dtype=bool)
+        seen[key] = True
+        values = np.flatnonzero(seen)
+        table = np.zeros(top + 1, dtype=np.int64)
+        table[values] = np.arange(len(values), dtype=np.int64)
+        return table[key], len(values)
+    values, inv = np.unique(key, return_inverse=True)
+    return inv.astype(np.int64), len(values)
+
+
+DENSE_TABLE = 1 << 22
+
+
+class _Members:
+    """The samples of each group, sorted out the first time one is asked for."""
+
+    def __init__(self, np: Any, inv: Any, n: int) -> None:
+        self.np = np
+        self.inv = inv
+        self.n = n
+        self.perm: Any = None
+        self.starts: Any = None
+
+    def __call__(self, g: int) -> Any:
+        np = self.np
+        if self.perm is None:
+            key = self.inv.astype(np.uint16) if self.n <= 1 << 16 else self.inv
+            self.perm = np.argsort(key, kind="stable")
+            counts = np.bincount(self.inv, minlength=self.n)
+            self.starts = np.concatenate(([0], np.cumsum(counts)))
+        return self.perm[self.starts[g] : self.starts[g + 1]]
+
+
+def _concat(np: Any, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {k: np.concatenate([a[k], b[k]]) for k in b}
+
+
 class _Progress:
     """A progress bar on stderr, only on a TTY and only for large files."""
 
@@ -627,8 +1390,11 @@ def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
 
 
 def _cells_for(an: Analysis, head: tuple, s: Sym) -> tuple[str, ...]:
-    comm, tid, cpu, _, _ = _unpack_key((*head, s, 0), an.keys)
-    return tuple(_cell(k, comm, tid, cpu, s, s.start) for k in an.keys)
+    got = an.cells.get((head, s))
+    if got is None:
+        comm, tid, cpu, _, _ = _unpack_key((*head, s, 0), an.keys)
+        got = an.cells[head, s] = tuple(_cell(k, comm, tid, cpu, s, s.start) for k in an.keys)
+    return got
 
 
 def _si(n: int) -> str:
@@ -666,6 +1432,11 @@ def header_lines(an: Analysis, side: str | None) -> list[str]:
         out.append(f"# unresolved: {nun} of {total} samples ({100.0 * nun / total:.2f}%)")
         for why, count in sorted(an.unresolved.items(), key=lambda x: -x[1]):
             out.append(f"#   {count:>9}  {why}")
+    if an.stats_every is not None:
+        out.append(f"# BPF runtime stats (record --stats) sampled every {an.stats_every:g} s:")
+        out.append(
+            "#   Runs, ns/run and CPU% (of one CPU) between a program's first and last sample"
+        )
     for w in h.warnings:
         out.append(f"# warning: {w}")
     if an.bpf_only:
@@ -703,15 +1474,21 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
             for i, cell in enumerate(c[:-1]):
                 widths[i] = max(widths[i], len(cell))
         pct_cols = "# Children      Self" if children is not None else "# Overhead"
+        dots = "# ........  ........" if children is not None else "# ........"
+        runtime = _runtime_cells(an)
+        if runtime is not None:
+            pct_cols += "  " + "  ".join(("Runs".rjust(10), "ns/run".rjust(9), "CPU%".rjust(6)))
+            dots += "  " + "  ".join(("." * 10, "." * 9, "." * 6))
         out.append(
             pct_cols + "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=False))
         )
-        dots = "# ........  ........" if children is not None else "# ........"
         out.append(dots + "  " + "  ".join("." * w for w in widths))
         out.append("#")
         graphs = _graphs(an, st, lines, total) if children is not None else {}
         for c, p_children, p_self in lines:
             cells = "  ".join(x.ljust(w) for x, w in zip(c, widths, strict=False))
+            if runtime is not None:
+                cells = runtime(c) + "  " + cells
             if children is not None:
                 pc = 100.0 * p_children / total
                 out.append(f"{pc:9.2f}% {100.0 * p_self / total:9.2f}%  {cells.rstrip()}")
@@ -723,6 +1500,21 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
                 out.append(f"{100.0 * p_children / total:9.2f}%  {cells.rstrip()}")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _runtime_cells(an: Analysis) -> Any:
+    """With stats and a prog column: cells -> the Runs, ns/run and CPU% columns."""
+    if not an.runtime or "prog" not in an.keys:
+        return None
+    at = an.keys.index("prog")
+
+    def cells(c: tuple[str, ...]) -> str:
+        r = an.runtime.get(c[at])
+        if r is None:
+            return " " * 29
+        return f"{r.runs:>10}  {r.ns_per_run:>9.1f}  {r.cpu_percent:>5.2f}%"
+
+    return cells
 
 
 def _graphs(an: Analysis, st: EventStats, lines: list, total: int) -> dict[tuple, list[str]]:
@@ -779,6 +1571,12 @@ def render_json(an: Analysis, side: str | None) -> str:
         "warnings": h.warnings,
         "events": [],
     }
+    if an.stats_every is not None:
+        doc["stats_every_s"] = an.stats_every
+        doc["runtime"] = {
+            name: {"runs": r.runs, "run_time_ns": r.run_time_ns, "cpu_percent": r.cpu_percent}
+            for name, r in sorted(an.runtime.items())
+        }
     for st in an.events.values():
         total = st.period or 1
         ev: dict[str, Any] = {
@@ -793,6 +1591,13 @@ def render_json(an: Analysis, side: str | None) -> str:
             row.update(overhead=round(100.0 * period / total, 4), period=period, samples=n)
             if children is not None:
                 row["children"] = round(100.0 * children.get(cells, period) / total, 4)
+            r = an.runtime.get(row["prog"]) if "prog" in row else None
+            if r is not None:
+                row.update(
+                    runs=r.runs,
+                    ns_per_run=round(r.ns_per_run, 1),
+                    cpu_percent=round(r.cpu_percent, 4),
+                )
             ev["rows"].append(row)
         doc["events"].append(ev)
     return json.dumps(doc, indent=1) + "\n"

@@ -28,6 +28,7 @@ FROM_ELF = "ELF symbols"
 UNRESOLVED = "unresolved"
 
 KALLSYMS_TYPES = set("TtWwDdBbul")  # perf's symbol_type__filter for kallsyms
+KALLSYMS_TYPES_B = b"TtWwDdBbul"
 
 
 CONTEXT_MODES = {
@@ -180,14 +181,22 @@ class KernelSymbols:
     def __init__(self, syms: list[KernelSymbol], origin: str, note: str = "") -> None:
         self.origin = origin
         self.note = note or origin
+        self._line: Any = None
         self._build([(s.addr, s.type, s.name, s.module) for s in syms])
 
     @classmethod
-    def from_text(cls, text: str, origin: str, note: str = "") -> KernelSymbols:
-        """From /proc/kallsyms text, without building a KernelSymbol per line."""
+    def from_text(cls, text: str, origin: str, note: str = "", np: Any = None) -> KernelSymbols:
+        """From /proc/kallsyms text, without building a KernelSymbol per line.
+
+        With numpy (np), addresses and types are read column-wise and a line is split
+        only when a lookup lands on it.
+        """
         self = cls.__new__(cls)
         self.origin = origin
         self.note = note or origin
+        self._line = None
+        if np is not None and self._columns(text, np):
+            return self
         rows = []
         for line in text.splitlines():
             parts = line.split(None, 3)
@@ -201,6 +210,46 @@ class KernelSymbols:
         self._build(rows)
         return self
 
+    def _columns(self, text: str, np: Any) -> bool:
+        """The numpy reading of from_text; False when the text is not plain kallsyms."""
+        if not text.isascii():
+            return False
+        if not text.endswith("\n"):
+            text += "\n"
+        buf = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        ends = np.flatnonzero(buf == 10)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        width = text.find(" ")
+        if width <= 0 or width > 16 or bool((ends - starts < width + 4).any()):
+            return False
+        if bool((buf[starts + width] != 32).any() or (buf[starts + width + 2] != 32).any()):
+            return False
+        digit = np.full(256, 255, dtype=np.uint64)
+        for i, ch in enumerate(b"0123456789abcdef"):
+            digit[ch] = i
+        for i, ch in enumerate(b"ABCDEF"):
+            digit[ch] = 10 + i
+        addr = np.zeros(len(starts), dtype=np.uint64)
+        for k in range(width):
+            d = digit[buf[starts + k]]
+            if bool((d == 255).any()):
+                return False
+            addr = (addr << np.uint64(4)) | d
+        wanted = np.zeros(256, dtype=bool)
+        wanted[list(KALLSYMS_TYPES_B)] = True
+        if "\t[bpf]" in text:
+            return False  # read_host_kallsyms cut those: this is other text
+        keep = np.flatnonzero(wanted[buf[starts + width + 1]] & (addr != 0))
+        order = keep[np.argsort(addr[keep], kind="stable")]
+        a = addr[order]
+        last = np.ones(len(a), dtype=bool)  # of one address, the last line (see _build)
+        last[:-1] = a[1:] != a[:-1]
+        order = order[last]
+        self.addrs = addr[order].tolist()
+        self._line = (text, starts[order].tolist(), ends[order].tolist())
+        self._made: dict[int, KernelSymbol] = {}
+        return True
+
     def _build(self, rows: list[tuple[int, str, str, str]]) -> None:
         by_addr: dict[int, tuple[int, str, str, str]] = {}
         types = KALLSYMS_TYPES
@@ -211,14 +260,31 @@ class KernelSymbols:
             # one address only the last has a length, and choose_best_symbol keeps it
             by_addr[r[0]] = r
         self.addrs = sorted(by_addr)
-        self.syms = [KernelSymbol(*by_addr[a]) for a in self.addrs]
+        self._syms = [KernelSymbol(*by_addr[a]) for a in self.addrs]
+
+    @property
+    def syms(self) -> list[KernelSymbol]:
+        if self._line is not None:
+            return [self._sym(i) for i in range(len(self.addrs))]
+        return self._syms
+
+    def _sym(self, i: int) -> KernelSymbol:
+        s = self._made.get(i)
+        if s is None:
+            text, starts, ends = self._line
+            parts = text[starts[i] : ends[i]].split(None, 3)
+            mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
+            s = self._made[i] = KernelSymbol(self.addrs[i], parts[1], parts[2], mod)
+        return s
 
     def __len__(self) -> int:
         return len(self.addrs)
 
     def lookup(self, ip: int) -> KernelSymbol | None:
         i = bisect.bisect_right(self.addrs, ip) - 1
-        return self.syms[i] if i >= 0 else None
+        if i < 0:
+            return None
+        return self._sym(i) if self._line is not None else self._syms[i]
 
 
 def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:

@@ -224,3 +224,24 @@ def test_side_file_names_and_kallsyms_file(pins: str, tmp_path: object) -> None:
     assert os.stat(ksyms).st_mode & 0o777 == 0o600
     named = perf_report(data, "--kallsyms", ksyms, "--no-children", "-g", "none", "--sort", "sym")
     assert any(n in named for _a, n in mine)
+
+
+def test_numpy_accelerator_matches_the_pure_python_reader(pins: str, tmp_path: object) -> None:
+    # a system-wide -g recording has MMAP/COMM/FORK records interleaved with samples and a
+    # BPF program loaded and unloaded in between: both readers must place them alike
+    from bpfsym.report import analyze, render_folded, render_json, render_stdio
+
+    data = os.path.join(str(tmp_path), "n.data")
+    perf_record(
+        data,
+        ["-e", "cpu-clock", "-a", "-g", "-F", "4000"],
+        workload(pins, "n", os.path.join(str(tmp_path), "ksyms.txt")),
+    )
+    for keys in (["comm", "dso", "sym"], ["pid", "cpu", "prog", "srcline"]):
+        out = []
+        for fast in (True, False):
+            an = analyze(data, None, keys, True, False, accelerate=fast)
+            assert an.accelerated == fast
+            out.append(render_stdio(an, None, 0.0) + render_json(an, None) + render_folded(an))
+        assert out[0] == out[1]
+    assert "_burn_mix" in out[0]

@@ -1,0 +1,138 @@
+"""The numpy accelerator of bpfsym report gives the same reports as the pure-Python reader.
+
+Fixtures are perf.data files recorded on a real kernel (tests/fixtures/perfdata);
+the pure-Python path is the record-by-record reader, checked against perf elsewhere.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bpfsym.formats.errors import FormatError
+from bpfsym.perfdata import NotBulk, PerfData
+from bpfsym.report import analyze, render_folded, render_json, render_stdio
+from bpfsym.symbolize import KernelSymbols
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
+EMPTY = os.devnull  # an empty kallsyms file: the same (no) kernel symbols on any host
+
+
+def rendered(path: str, keys: list[str], graph: bool, bpf_only: bool, fast: bool) -> str:
+    an = analyze(path, None, keys, graph, bpf_only, EMPTY, None, accelerate=fast)
+    assert an.accelerated == fast
+    out = render_stdio(an, None, 0.0) + render_json(an, None)
+    return out + (render_folded(an) if graph else "")
+
+
+@pytest.mark.parametrize("name", ["bpf", "multi"])
+@pytest.mark.parametrize(
+    "keys,graph,bpf_only",
+    [
+        (["comm", "dso", "sym"], False, False),
+        (["comm", "dso", "sym"], True, False),
+        (["sym"], False, False),
+        (["pid", "cpu", "sym"], True, False),
+        (["prog", "func", "srcline"], False, True),
+        (["cpu", "srcline"], True, True),
+    ],
+)
+def test_numpy_and_pure_python_reports_are_identical(
+    name: str, keys: list[str], graph: bool, bpf_only: bool
+) -> None:
+    path = os.path.join(FIX, f"{name}.data")
+    fast = rendered(path, keys, graph, bpf_only, True)
+    assert fast == rendered(path, keys, graph, bpf_only, False)
+    assert "# Samples:" in fast
+
+
+def test_bulk_walk_finds_every_record() -> None:
+    for name in ("bpf", "multi"):
+        pd = PerfData(os.path.join(FIX, f"{name}.data"))
+        with pd:
+            want = [(off - pd.data_offset) // 8 for *_, off in pd.records()]
+            bulk = pd.bulk(np)
+            assert bulk is not None
+            got = np.concatenate(list(bulk.windows(window=4096))).tolist()
+            assert got == want and len(got) > 500
+
+
+def _corrupt(blob: bytes, at: int, value: int) -> bytes:
+    data_off = struct.unpack_from("<Q", blob, 40)[0]  # perf_file_header.data.offset
+    b = bytearray(blob)
+    struct.pack_into("<H", b, data_off + at + 6, value)  # a record's header.size
+    return bytes(b)
+
+
+@pytest.mark.parametrize("value", [0, 3, 12, 0xFFF8])
+def test_bad_record_size_gives_the_same_error_either_way(tmp_path: object, value: int) -> None:
+    blob = open(os.path.join(FIX, "bpf.data"), "rb").read()
+    bad = os.path.join(str(tmp_path), "bad.data")
+    with open(bad, "wb") as f:
+        f.write(_corrupt(blob, 0, value))
+    pd = PerfData(bad)
+    with pd, pytest.raises(NotBulk):
+        list(pd.bulk(np).windows())  # type: ignore[union-attr]
+    errors = []
+    for fast in (True, False):
+        with pytest.raises(FormatError) as e:
+            analyze(bad, None, None, True, False, EMPTY, None, accelerate=fast)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and bad in errors[0]
+
+
+def _kallsyms_lines() -> list[str]:
+    """Kernel-looking kallsyms lines from a fixture's BPF lines, renamed and typed anew."""
+    out = []
+    with open(os.path.join(FIX, "bpf.kallsyms-bpf.txt")) as f:
+        for i, line in enumerate(f):
+            addr, _t, name = line.split()[:3]
+            out.append(f"{addr} {'tTdbW'[i % 5]} k_{name}" + ("\t[mod]" if i % 3 == 0 else ""))
+    return out
+
+
+def test_kallsyms_columns_agree_with_line_parsing() -> None:
+    lines = _kallsyms_lines()
+    text = "\n".join([*lines, lines[0].replace(" k_", " again_"), "0000000000000000 T zero"])
+    a = KernelSymbols.from_text(text + "\n", "x", np=np)
+    b = KernelSymbols.from_text(text + "\n", "x")
+    assert a._line is not None  # the numpy reading was used
+    assert a.addrs == b.addrs and a.syms == b.syms and len(a) >= 4
+    for ip in (a.addrs[0] - 1, a.addrs[0], a.addrs[-1] + 100, a.addrs[1] + 3):
+        assert a.lookup(ip) == b.lookup(ip)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**64 - 1),
+            st.sampled_from("TtWwDdBbulAaRrNn?"),
+            st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1,
+                    max_size=12),
+            st.sampled_from(["", "\t[ext4]", "\t[bpf]", " x"]),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from([16, 8]),
+)  # fmt: skip
+def test_kallsyms_reading_is_the_same_on_any_text(rows: list, width: int) -> None:
+    text = "".join(f"{a % (1 << (4 * width)):0{width}x} {t} {n}{m}\n" for a, t, n, m in rows)
+    a = KernelSymbols.from_text(text, "x", np=np)
+    b = KernelSymbols.from_text(text, "x")
+    assert a.addrs == b.addrs and a.syms == b.syms
+
+
+PIPE = open(os.path.join(FIX, "pipe.data"), "rb").read()
+
+
+def test_streams_take_the_record_by_record_reader() -> None:
+    a = analyze("p.data", None, None, True, False, EMPTY, io.BytesIO(PIPE), accelerate=True)
+    b = analyze("p.data", None, None, True, False, EMPTY, io.BytesIO(PIPE), accelerate=False)
+    assert render_stdio(a, None, 0.0) == render_stdio(b, None, 0.0)
