@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from bpfsym import __version__, capture, perfopts
 from bpfsym.cli import UsageError
+from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.live import pinner as lpin
 from bpfsym.live import progs, sideband
@@ -142,10 +143,12 @@ class Recorder:
                 self.work.put(("sideband", prog_id, fd, t))
             else:
                 os.close(fd)
-        elif rtype == 18:
-            self.unloads += 1
-        elif rtype == 2:  # PERF_RECORD_LOST: re-enumerate what still exists
-            self.lost += 1
+        elif rtype == fp.RECORD_BPF_EVENT:
+            with self.lock:
+                self.unloads += 1
+        elif rtype == fp.RECORD_LOST:  # re-enumerate what still exists
+            with self.lock:
+                self.lost += int.from_bytes(rec[16:24], sys.byteorder)  # perf_event_lost.lost
             self.work.put(("rescan", 0, None, -1))
 
     def on_control(self, text: str) -> None:
