@@ -30,6 +30,15 @@ def bpfsym_run(*args: str, **kw) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*BPFSYM, *args], env=ENV, **kw)
 
 
+def record_demo(out: Path, *perf_opts: str, run: tuple[str, ...] = ("--seconds", "1")) -> None:
+    """`bpfsym record PERF_OPTS -o OUT -- loader run demo.bpf.o xdp_demo RUN...`, which must succeed."""
+    r = bpfsym_run(
+        "record", *perf_opts, "-o", str(out), "--",
+        str(ensure_loader()), "run", str(DEMO), "xdp_demo", *run,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+
+
 def ensure_loader() -> Path:
     if not LOADER.exists():
         subprocess.run(["make", "-s", "-C", str(BPF), "loader"], check=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from livekit import DEMO, bpfsym_run, ensure_loader
+from livekit import bpfsym_run, record_demo
 
 from bpfsym.heat import bpf_sample_counts
 from bpfsym.store import read_capture
@@ -13,11 +13,7 @@ from bpfsym.store import read_capture
 
 def test_annotate_counts_match_report_and_fall_on_boundaries(tmp_path):
     out = tmp_path / "perf.data"
-    r = bpfsym_run(
-        "record", "-e", "cpu-clock", "-F", "4999", "-a", "-g", "-o", str(out), "--",
-        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--seconds", "2",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    record_demo(out, "-e", "cpu-clock", "-F", "4999", "-a", "-g", run=("--seconds", "2"))
     rep = bpfsym_run("report", "-i", str(out), "--sort", "func", "--bpf-only", "--json")
     assert rep.returncode == 0, rep.stderr
     by_func = {row["func"]: row["samples"] for row in json.loads(rep.stdout)["events"][0]["rows"]}

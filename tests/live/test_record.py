@@ -20,6 +20,7 @@ from livekit import (
     ensure_loader,
     kallsyms_bpf,
     loader_json,
+    record_demo,
 )
 
 from bpfsym.store import read_capture
@@ -267,11 +268,7 @@ def test_side_band_times_are_right_while_perf_listens_too(tmp_path):
     # KSYMBOL/BPF_EVENT records with a header.size larger than what it filled in
     # (docs/kernel-notes.md); times must come from right after the body
     out = tmp_path / "perf.data"
-    r = bpfsym_run(
-        "record", "-e", "cpu-clock", "-a", "-o", str(out), "--",
-        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--repeat", "2000",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    record_demo(out, "-e", "cpu-clock", "-a", run=("--repeat", "2000"))
     cap = read_capture(str(out) + ".bpfsym")
     demo = [p for p in cap.programs if p.name == "xdp_demo" and p.origin == "sideband"]
     assert len(demo) == 1
@@ -300,12 +297,8 @@ def test_clockid_option_applies_to_side_band_times(tmp_path):
     # CLOCK_MONOTONIC, comparable with a clock read here before and after
     before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     out = tmp_path / "perf.data"
-    r = bpfsym_run(
-        "record", "-k", "monotonic", "-e", "cpu-clock", "-o", str(out), "--",
-        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--repeat", "100",
-    )  # fmt: skip
+    record_demo(out, "-k", "monotonic", "-e", "cpu-clock", run=("--repeat", "100"))
     after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    assert r.returncode == 0, r.stderr
     cap = read_capture(str(out) + ".bpfsym")
     assert cap.header.clock_id == time.CLOCK_MONOTONIC
     demo = next(p for p in cap.programs if p.name == "xdp_demo" and p.origin == "sideband")

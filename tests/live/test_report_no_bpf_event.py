@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from livekit import DEMO, Held, bpfsym_run, ensure_loader, kallsyms_bpf
+from livekit import DEMO, Held, bpfsym_run, kallsyms_bpf, record_demo
 
 
 def test_no_bpf_event_plus_side_file_names_unloaded_programs(tmp_path):
@@ -14,11 +14,7 @@ def test_no_bpf_event_plus_side_file_names_unloaded_programs(tmp_path):
         names = {f["ksym_name"] for p in held.progs for f in p["funcs"]}
     assert names <= ks
     out = tmp_path / "perf.data"
-    r = bpfsym_run(
-        "record", "--no-bpf-event", "-e", "cpu-clock", "-F", "4999", "-a", "-o", str(out), "--",
-        str(ensure_loader()), "run", str(DEMO), "xdp_demo", "--seconds", "1",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    record_demo(out, "--no-bpf-event", "-e", "cpu-clock", "-F", "4999", "-a")
     # the program is gone now; perf.data has no KSYMBOL/BPF_EVENT records for it
     assert not names & set(kallsyms_bpf().values())
     rep = bpfsym_run("report", "-i", str(out), "--sort", "sym", "--bpf-only", "--json")
