@@ -253,14 +253,20 @@ def run(args: argparse.Namespace) -> int:
             raise PermissionError(
                 e.errno, "bpf(BPF_PROG_GET_NEXT_ID): needs CAP_SYS_ADMIN"
             ) from None
+    stats = _StatsSampler(r.stats) if r.stats is not None else None
     writer = SideFileWriter(side)
     try:
-        return _record(r, perf_opts, writer)
+        return _record(r, perf_opts, writer, stats)
     finally:
         writer.close()
 
 
-def _record(r: RecordArgs, perf_opts: perfopts.PerfOptions, writer: SideFileWriter) -> int:
+def _record(
+    r: RecordArgs,
+    perf_opts: perfopts.PerfOptions,
+    writer: SideFileWriter,
+    stats: _StatsSampler | None,
+) -> int:
     ident = capture.identity()
     start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     writer.put(
@@ -281,7 +287,8 @@ def _record(r: RecordArgs, perf_opts: perfopts.PerfOptions, writer: SideFileWrit
         raise PermissionError(errno.EPERM, f"side-band listener: {err.removeprefix('error: ')}")
     writer.write(sf.KALLSYMS, capture.kernel_kallsyms())
     pinned = rec.snapshot_pin()
-    stats = _start_stats(r, writer)
+    if stats is not None:
+        stats.start(writer)
     child = _start_command(r, perf_opts)
     forward = _forward_signals(child)
     for prog_id, fd in pinned:
@@ -290,7 +297,7 @@ def _record(r: RecordArgs, perf_opts: perfopts.PerfOptions, writer: SideFileWrit
     status = child.wait()
     forward()
     if stats is not None:
-        stats()
+        stats.stop()
     client.stop()
     rec.finish()
     writer.put(
@@ -350,34 +357,41 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _start_stats(r: RecordArgs, writer: SideFileWriter):  # type: ignore[no-untyped-def]
-    """--stats: hold a BPF_ENABLE_RUNTIME_STATS fd and sample every program; returns stop()."""
-    if r.stats is None:
-        return None
-    from bpfsym.live import stats as lstats
+class _StatsSampler:
+    """--stats: holds a BPF_ENABLE_RUNTIME_STATS fd from the start (never the sysctl) and,
+    once started, writes every program's counters to the side file each interval."""
 
-    holder = lstats.RuntimeStats()
-    holder.__enter__()
-    stop = threading.Event()
+    def __init__(self, interval: float) -> None:
+        from bpfsym.live import stats as lstats
 
-    def sample() -> None:
-        while True:
-            rows = lstats.sample_all()
-            writer.put(
-                sf.STATS,
-                {"time": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
-                 "progs": [{"prog_id": p[0], "run_time_ns": p[1], "run_cnt": p[2],
-                            "recursion_misses": p[3]} for p in rows]},
-            )  # fmt: skip
-            if stop.wait(r.stats):
-                return
+        self._lstats = lstats
+        self.interval = interval
+        self.holder = lstats.RuntimeStats()
+        try:
+            self.holder.open()
+        except lstats.StatsUnavailable as e:
+            raise UsageError(f"--stats: {e}") from None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
+    def start(self, writer: SideFileWriter) -> None:
+        def sample() -> None:
+            while True:
+                rows = self._lstats.sample_all()
+                writer.put(
+                    sf.STATS,
+                    {"time": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+                     "progs": [{"prog_id": p[0], "run_time_ns": p[1], "run_cnt": p[2],
+                                "recursion_misses": p[3]} for p in rows]},
+                )  # fmt: skip
+                if self._stop.wait(self.interval):
+                    return
 
-    def finish() -> None:
-        stop.set()
-        t.join()
-        holder.__exit__(None, None, None)
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
 
-    return finish
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.holder.close()
