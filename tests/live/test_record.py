@@ -303,3 +303,15 @@ def test_clockid_option_applies_to_side_band_times(tmp_path):
     assert cap.header.clock_id == time.CLOCK_MONOTONIC
     demo = next(p for p in cap.programs if p.name == "xdp_demo" and p.origin == "sideband")
     assert before < demo.load_time < demo.unload_time < after
+
+
+def test_stats_without_capability_is_one_line(tmp_path):
+    r = subprocess.run(
+        ["setpriv", "--bounding-set=-sys_admin,-bpf,-perfmon", "--inh-caps=-all",
+         *_record_argv(tmp_path / "ns"), "--stats", "--", "true"],
+        env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "CAP_SYS_ADMIN" in lines[0], r.stderr
+    assert not (tmp_path / "ns.bpfsym").exists()  # refused before anything was written
