@@ -134,7 +134,7 @@ class Recorder:
         rtype = sideband.record_type(rec)
         prog_id = sideband.load_event_id(rec)
         if prog_id is not None:
-            t = sideband_time(rec)
+            t = sideband.bpf_event_time(rec)
             if fd is None:
                 with self.lock:
                     self.counts["gone"] += 1
@@ -148,7 +148,7 @@ class Recorder:
                 self.unloads += 1
         elif rtype == fp.RECORD_LOST:  # re-enumerate what still exists
             with self.lock:
-                self.lost += int.from_bytes(rec[16:24], sys.byteorder)  # perf_event_lost.lost
+                self.lost += sideband.lost_count(rec)
             self.work.put(("rescan", 0, None, -1))
 
     def on_control(self, text: str) -> None:
@@ -212,14 +212,6 @@ class Recorder:
     def finish(self) -> None:
         self.work.put(None)
         self.worker.join()
-
-
-def sideband_time(rec: bytes) -> int:
-    """perf-clock time in the sample_id trailer right after the BPF_EVENT body.
-
-    The kernel's header.size can be too large when several listeners exist, so the
-    trailer is read after the fixed 16-byte body, never from the record's end."""
-    return int.from_bytes(rec[8 + 16 + 8 : 8 + 16 + 16], sys.byteorder)
 
 
 def run(args: argparse.Namespace) -> int:

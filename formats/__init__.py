@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 from construct import (
+    Adapter,
     Aligned,
     Bytes,
     FixedSized,
@@ -28,7 +29,7 @@ __all__ = ["FormatError", "struct_of"]
 def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
     """The struct.Struct equivalent of a construct Struct of fixed-size fields.
 
-    Integers map to their format; Bytes(n) and fixed strings to "ns" (raw bytes, the
+    Integers (also under Enum/FlagsEnum) map to their format; Bytes(n) and fixed strings to "ns" (raw bytes, the
     caller decodes); Padding to "nx"; Aligned adds its trailing pad. Names are those
     of the fields that produce values, in order."""
     pad_to = 0
@@ -40,6 +41,8 @@ def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
     names = []
     for sc in decl.subcons:
         inner = sc.subcon if isinstance(sc, Renamed) else sc
+        if isinstance(inner, Adapter) and isinstance(inner.subcon, FormatField):
+            inner = inner.subcon  # Enum, FlagsEnum: the integer underneath
         if isinstance(inner, FormatField):
             order = order or inner.fmtstr[0]
             fmt.append(inner.fmtstr[1:])

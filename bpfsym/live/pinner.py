@@ -18,18 +18,17 @@ import os
 import resource
 import select
 import socket
-import struct
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 
 from bpfsym.formats import pinner as fpin
+from bpfsym.formats import struct_of
 from bpfsym.live import progs, sideband
 
-_MSG = struct.Struct("<II")
-_ENTRY = struct.Struct("<HhI")
-assert _MSG.size == fpin.message_header.sizeof() and _ENTRY.size == fpin.entry_header.sizeof()
+_MSG = struct_of(fpin.message_header)[0]
+_ENTRY = struct_of(fpin.entry_header)[0]
 
 RT_PRIORITY = 10
 

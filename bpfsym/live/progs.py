@@ -38,11 +38,8 @@ BLOB_NAMES = ("info", *_ARRAYS, "btf")
 
 # bpf_attr for *_GET_NEXT_ID / *_GET_FD_BY_ID and OBJ_GET_INFO_BY_FD, packed with struct:
 # construct's build costs ~20-30 µs, longer than a libbpf probe program lives
-GET_ID_ATTR = struct.Struct("=III")
-assert GET_ID_ATTR.size == fb.get_id_attr.sizeof()
-
-INFO_ATTR = struct.Struct("=IIQ")
-assert INFO_ATTR.size == fb.info_attr.sizeof()
+GET_ID_ATTR = struct_of(fb.get_id_attr)[0]
+INFO_ATTR = struct_of(fb.info_attr)[0]
 
 
 @dataclass

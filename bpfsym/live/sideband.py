@@ -12,11 +12,17 @@ import os
 import struct
 
 from bpfsym.formats import perf as fp
+from bpfsym.formats import struct_of
 from bpfsym.live.sys import PERF_FLAG_FD_CLOEXEC, perf_event_open
 
 SAMPLE_TYPE = fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU
-_U64 = struct.Struct("=Q")
-_HEAD = struct.Struct("=IHH")  # struct perf_event_header, native order
+_LAYOUT = fp.layouts()  # native byte order: the rings of this machine
+_U64 = struct.Struct("=Q")  # data_head / data_tail of the mmap page
+_HEAD = struct_of(_LAYOUT.header)[0]
+_BPF_EVENT, _ = struct_of(_LAYOUT.bpf_event)  # type, flags, id, tag
+_LOST, _ = struct_of(_LAYOUT.lost)  # id, lost
+_TRAILER, _TRAILER_FIELDS = struct_of(_LAYOUT.sample_id(SAMPLE_TYPE))
+_TIME_AT = _TRAILER_FIELDS.index("time")
 
 
 def online_cpus() -> list[int]:
@@ -132,12 +138,23 @@ def record_type(rec: bytes) -> int:
     return int(_HEAD.unpack_from(rec)[0])
 
 
-_BPF_EVENT = struct.Struct("=HHI")  # type, flags, id of PERF_RECORD_BPF_EVENT
-
-
 def load_event_id(rec: bytes) -> int | None:
     """The program id of a PERF_BPF_EVENT_PROG_LOAD record, else None."""
     if _HEAD.unpack_from(rec)[0] != fp.RECORD_BPF_EVENT:
         return None
-    etype, _flags, prog_id = _BPF_EVENT.unpack_from(rec, 8)
-    return prog_id if etype == fp.BPF_EVENT_PROG_LOAD else None
+    etype, _flags, prog_id, _tag = _BPF_EVENT.unpack_from(rec, _HEAD.size)
+    return int(prog_id) if etype == fp.BPF_EVENT_PROG_LOAD else None
+
+
+def bpf_event_time(rec: bytes) -> int:
+    """perf-clock time in the sample_id trailer right after the BPF_EVENT body.
+
+    The kernel's header.size can be too large when several listeners exist
+    (docs/kernel-notes.md), so the trailer is read after the fixed body, never
+    from the record's end."""
+    return int(_TRAILER.unpack_from(rec, _HEAD.size + _BPF_EVENT.size)[_TIME_AT])
+
+
+def lost_count(rec: bytes) -> int:
+    """Records the kernel dropped, from a PERF_RECORD_LOST."""
+    return int(_LOST.unpack_from(rec, _HEAD.size)[1])
