@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import struct
 
-from .formats import bpf, btf
+from .formats import bpf, btf, struct_of
 from .formats.errors import FormatError
 from .model import FuncInfo, LineEntry
 
-# struct.Struct views of bpf_func_info / bpf_line_info (all u32, native order of the
-# capturing machine, which formats.bpf declares little-endian); a test checks they agree.
-_FUNC_REC = struct.Struct("<" + "I" * (bpf.func_info.sizeof() // 4))
-_LINE_REC = struct.Struct("<" + "I" * (bpf.line_info.sizeof() // 4))
+# struct.Struct views of bpf_func_info / bpf_line_info, derived from formats.bpf
+_FUNC_REC = struct_of(bpf.func_info)[0]
+_LINE_REC = struct_of(bpf.line_info)[0]
 
 
 class BtfIndex:
