@@ -4,10 +4,11 @@ Records (or takes with -i) a system-wide cpu-clock profile of >= 450k samples wi
 call chains over a busy workload (dd on every CPU plus a BPF program run through
 BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
 `perf report --stdio --no-children -g none`) and the call-graph view (vs
-`perf report --stdio`).
+`perf report --stdio`). bpfsym runs from byte code, as installed.
 
     python3 bench/report_speed.py                # record ~15 s, then compare
     python3 bench/report_speed.py -i big.data    # compare on an existing file
+    python3 bench/report_speed.py -o /tmp/x.data # record there, then compare
 """
 
 from __future__ import annotations
@@ -67,19 +68,25 @@ def count_samples(path: str) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-i", "--input", help="existing perf.data (default: record one)")
+    p.add_argument("-o", "--output", help="where to record (default: a file in the temp dir)")
     p.add_argument("-s", "--seconds", type=int, default=15)
     p.add_argument("-F", "--freq", type=int, default=20000)
     p.add_argument("-r", "--repeat", type=int, default=3, help="runs per command, best kept")
     args = p.parse_args()
     path = args.input
     if path is None:
-        path = os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
+        path = args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
         record(path, args.seconds, args.freq)
     n = count_samples(path)
     print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")
     if n < 450_000:
         print("warning: fewer than 450k samples; raise --seconds or --freq", file=sys.stderr)
+    # bpfsym as installed: from byte code (pip compiles it; PYTHONDONTWRITEBYTECODE in a
+    # development shell would otherwise charge every run for compiling the sources)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
     ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, "--no-side", "--stdio"]
+    timed(ours, 1, ROOT)  # writes the byte code
     perf = ["perf", "report", "-i", path, "--stdio"]
     flat = print_ratio(
         "flat view",

@@ -12,6 +12,7 @@ import socket
 from bpfsym.live import progs
 from bpfsym.model import ORIGIN_SNAPSHOT, Program
 from bpfsym.proginfo import program_from_blobs
+from bpfsym.store import host_boot_id
 
 # sysctl -> (value that hides something, what it hides)
 SYSCTLS = {
@@ -51,20 +52,6 @@ def sysctl_warnings(values: dict[str, str]) -> list[str]:
     return warn
 
 
-def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
-    """/proc/kallsyms up to its first BPF symbol: the BPF part comes last and reads in
-    time quadratic in its size; BPF symbols come from bpf_prog_info instead."""
-    out = []
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(1 << 20):
-            cut = chunk.find(b"\t[bpf]")
-            if cut >= 0:
-                out.append(chunk[: chunk.rfind(b"\n", 0, cut) + 1])
-                break
-            out.append(chunk)
-    return b"".join(out)
-
-
 def bpf_image_symbols(path: str = "/proc/kallsyms") -> bytes:
     """The [bpf] symbols that are not programs: trampolines, dispatchers (bpf_trampoline_*,
     bpf_dispatcher_*). Reading the BPF part is slow with many programs: run it off the
@@ -77,21 +64,13 @@ def bpf_image_symbols(path: str = "/proc/kallsyms") -> bytes:
     return b"".join(out)
 
 
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def identity() -> dict[str, object]:
     u = platform.uname()
     return {
         "kernel_release": u.release,
         "arch": u.machine,
         "page_size": os.sysconf("SC_PAGE_SIZE"),
-        "boot_id": boot_id(),
+        "boot_id": host_boot_id(),
         "hostname": socket.gethostname(),
     }
 

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from construct import Construct, ConstructError, FormatField, Padded, Renamed, Struct
+from construct import Construct, ConstructError, Struct
 
 from .formats import perf as K
 from .formats import perfdata as F
+from .formats import struct_of
 from .formats.bpf import prog_info as prog_info_layout
 from .formats.errors import FormatError
 
@@ -35,21 +36,11 @@ SOFTWARE_EVENT_NAMES = [
 TRAILER_AFTER_BODY = (K.RECORD_KSYMBOL, K.RECORD_BPF_EVENT, K.RECORD_TEXT_POKE)
 
 
-def struct_of(decl: Struct) -> tuple[struct.Struct, tuple[str, ...]]:
-    """The struct.Struct equivalent of a construct Struct of fixed-size integer fields."""
-    order = ""
-    fmt = []
-    names = []
-    for sc in decl.subcons:
-        if isinstance(sc, Renamed) and isinstance(sc.subcon, FormatField):
-            order = sc.subcon.fmtstr[0]
-            fmt.append(sc.subcon.fmtstr[1:])
-            names.append(sc.name)
-        elif isinstance(sc, Padded):
-            fmt.append(f"{sc.length}x")
-        else:
-            raise TypeError(f"not a fixed-size field: {sc!r}")
-    return struct.Struct((order or "<") + "".join(fmt)), tuple(names)
+def fixed_head(decl: Struct, upto: str) -> tuple[struct.Struct, tuple[str, ...]]:
+    """The struct.Struct of a declaration's fixed-size fields before the field `upto`
+    (a record's string tail, read by the caller)."""
+    names = [sc.name for sc in decl.subcons]
+    return struct_of(Struct(*decl.subcons[: names.index(upto)]))
 
 
 def field_offsets(decl: Struct) -> dict[str, int]:

@@ -27,7 +27,7 @@ from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.live import pinner as lpin
 from bpfsym.live import progs, sideband
-from bpfsym.store import SideFileWriter
+from bpfsym.store import SideFileWriter, kernel_kallsyms
 
 EPILOG = """bpfsym options (all others before '--' go to perf record unchanged):
   --no-perf           do not run perf: capture BPF programs only (side file <output>.bpfsym)
@@ -277,7 +277,7 @@ def _record(
         client.stop()
         err = next((w for w in rec.warnings if w.startswith("error:")), "pinner did not start")
         raise PermissionError(errno.EPERM, f"side-band listener: {err.removeprefix('error: ')}")
-    writer.write(sf.KALLSYMS, capture.kernel_kallsyms())
+    writer.write(sf.KALLSYMS, kernel_kallsyms())
     pinned = rec.snapshot_pin()
     if stats is not None:
         stats.start(writer)

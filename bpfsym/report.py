@@ -9,26 +9,34 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
+import functools
+import gc
 import json
 import os
 import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .formats import perf as K
 from .formats import perfdata as F
+from .formats import struct_of as formats_struct_of
 from .formats.errors import FormatError
-from .perfdata import EventAttr, NotBulk, PerfData, field_offsets
+from .perfdata import EventAttr, NotBulk, PerfData, field_offsets, fixed_head
+from .store import host_boot_id
 from .symbolize import (
     FROM_KALLSYMS_HOST,
     FROM_KALLSYMS_SIDE,
     UNRESOLVED,
+    HostKallsyms,
     KernelSymbols,
+    SourceLine,
     Sym,
     Symbolizer,
-    host_boot_id,
     read_host_kallsyms,
+    unique,
 )
 
 EPILOG = """examples:
@@ -123,6 +131,7 @@ class Analysis:
     callchains: bool
     total_samples: int
     cells: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # (head, sym) -> cells
+    stack_cells: dict[int, Any] = field(default_factory=dict)  # by id(EventStats)
     runtime: dict[str, ProgRuntime] = field(default_factory=dict)  # by program (kallsyms) name
     stats_every: float | None = None  # seconds between record --stats samples
     accelerated: bool = False  # numpy did the per-sample work
@@ -187,7 +196,7 @@ def _indexes(ev: EventAttr) -> tuple[int, int, int, int, int, int]:
 
 
 def _kernel_symbols(
-    pd: PerfData, cap: Any, kallsyms: str | None, np: Any = None
+    pd: PerfData, cap: Any, kallsyms: str | None, np: Any = None, host: HostKallsyms | None = None
 ) -> tuple[KernelSymbols | None, str]:
     """Pick the kernel symbol source; the second item says why (for the header or misses)."""
     if kallsyms:
@@ -201,7 +210,7 @@ def _kernel_symbols(
     release = os.uname().release
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
-            return _host("boot id matches the side file", np)
+            return _host("boot id matches the side file", np, host)
         return None, "no kallsyms: the side file has none and was recorded in another boot"
     rec = pd.header.osrelease
     if rec and rec == release:
@@ -209,13 +218,16 @@ def _kernel_symbols(
             f"osrelease {rec} matches; perf.data has no boot id,"
             " so a reboot since recording would go unnoticed",
             np,
+            host,
         )
     return None, f"no kallsyms: recorded on {rec or 'an unknown kernel'}, this host runs {release}"
 
 
-def _host(note: str, np: Any = None) -> tuple[KernelSymbols | None, str]:
+def _host(
+    note: str, np: Any = None, host: HostKallsyms | None = None
+) -> tuple[KernelSymbols | None, str]:
     try:
-        text = read_host_kallsyms()
+        text = host.text() if host is not None else read_host_kallsyms()
     except OSError as e:
         return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
     ks = KernelSymbols.from_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})", np)
@@ -245,6 +257,45 @@ def analyze(
         from .store import read_capture
 
         cap = read_capture(side)
+    host = None
+    if not kallsyms and (cap is None or not cap.kallsyms) and sys.platform == "linux":
+        host = HostKallsyms()  # read while numpy loads; most reports here need it
+    try:
+        with gc_paused():
+            return _analyze(
+                path, cap, keys, callchains, bpf_only, kallsyms, stream, accelerate, host
+            )
+    finally:
+        if host is not None:
+            host.close()
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a report makes its many small objects.
+
+    They hold no cycles, and the collector would scan them again and again (call-graph
+    reports ran a fifth faster without it)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _analyze(
+    path: str,
+    cap: Any,
+    keys: list[str],
+    callchains: bool,
+    bpf_only: bool,
+    kallsyms: str | None,
+    stream: Any,
+    accelerate: bool | None,
+    host: HostKallsyms | None,
+) -> Analysis:
     np = _numpy() if accelerate is not False else None
     if np is not None and stream is None:
         pd = PerfData(path)
@@ -253,7 +304,7 @@ def analyze(
             if bulk is not None:
                 try:
                     a: _Aggregator = _BulkAggregator(
-                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk
+                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk, host
                     )
                     a.run()
                     an = _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
@@ -263,7 +314,7 @@ def analyze(
                     pass  # the record-by-record reader says what is wrong, or copes
     pd = PerfData(path, stream)
     with pd:
-        a = _Aggregator(pd, cap, keys, callchains, bpf_only, kallsyms, np)
+        a = _Aggregator(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
         a.run()
         return _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
 
@@ -274,6 +325,8 @@ def _with_runtime(an: Analysis, cap: Any) -> Analysis:
 
 
 def _numpy() -> Any:
+    # no linear algebra here: one BLAS thread starts faster (numpy's import spawns them)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         import numpy
     except ImportError:
@@ -346,16 +399,20 @@ class _Aggregator:
         bpf_only: bool,
         kallsyms: str | None,
         np: Any = None,
+        host: HostKallsyms | None = None,
     ) -> None:
         self.pd = pd
+        self.host = host
         self.cap = cap
         self.np = np
         self.kallsyms = kallsyms
         self.keys = keys
         self.callchains = callchains
         self.bpf_only = bpf_only
-        ks, why = _kernel_symbols(pd, cap, kallsyms, np) if not pd.pipe else (None, "")
-        self.sym = Symbolizer(ks, why, cap)
+        # kernel symbols come at the first delivery (_prepare): pipe-mode headers arrive in
+        # the data, and a host /proc/kallsyms being read beside (HostKallsyms) gets time
+        self.sym = Symbolizer(None, "", cap)
+        self.sym.elf.np = np
         self.ready = False
         self.events: dict[int, EventStats] = {}
         self.lost = 0
@@ -368,11 +425,17 @@ class _Aggregator:
         self.bpf_head = struct.Struct("<HHI8s" if little else ">HHI8s")
         self.fork_body = struct.Struct("<IIII" if little else ">IIII")
         self.u64 = struct.Struct("<Q" if little else ">Q")
+        L = pd.L
+        self.comm_head = fixed_head(L.comm, "comm")[0]  # pid, tid
+        self.mmap_head = fixed_head(L.mmap, "filename")[0]  # pid, tid, addr, len, pgoff
+        self.mmap2_head = fixed_head(L.mmap2, "filename")[0]  # ... dev_or_build_id, prot, flags
+        self.mmap2_bid = formats_struct_of(L.mmap2_build_id)[0]  # size, build_id
 
     def _prepare(self) -> None:
         pd, sym = self.pd, self.sym
-        if pd.pipe:
-            sym.kernel, sym.kernel_note = _kernel_symbols(pd, self.cap, self.kallsyms, self.np)
+        sym.kernel, sym.kernel_note = _kernel_symbols(
+            pd, self.cap, self.kallsyms, self.np, self.host
+        )
         sym.set_header(pd.header.bpf_progs, pd.header.btfs, pd.header.build_ids)
         self.ready = True
 
@@ -447,6 +510,8 @@ class _Aggregator:
         nrec = seq
         self._flush(queue, _LAST)
         self.nrec = nrec
+        if not self.ready:
+            self._prepare()
         progress.done()
 
     def _sideband(
@@ -454,7 +519,6 @@ class _Aggregator:
     ) -> tuple[int | None, tuple]:
         """Decode a side-band record now (buf is only valid during the pass): (time, args)."""
         pd = self.pd
-        L = pd.L
         if rtype == K.RECORD_KSYMBOL:
             if size < 8 + 16 + 1:
                 raise FormatError(pd.path, off, "KSYMBOL record too small")
@@ -479,26 +543,36 @@ class _Aggregator:
                 raise FormatError(pd.path, off, "FORK/EXIT record too small")
             tr = pd.trailer(buf, start, size, rtype, 24)
             return (tr.get("time") if tr else None), self.fork_body.unpack_from(buf, start + 8)
-        body = bytes(buf[start + 8 : start + size])
         tr = pd.trailer(buf, start, size, rtype, 0)
         t = tr.get("time") if tr else None
+        body = start + 8
         try:
             if rtype == K.RECORD_COMM:
-                c = L.comm.parse(body)
-                return t, (c.pid, c.tid, c.comm, bool(misc & F.MISC_COMM_EXEC))
+                head = self.comm_head
+                if size - 8 < head.size:
+                    raise ValueError("record too small")
+                pid, tid = head.unpack_from(buf, body)
+                comm = _cstring(buf, body + head.size, start + size)
+                return t, (pid, tid, comm, bool(misc & F.MISC_COMM_EXEC))
+            bid = ""
             if rtype == K.RECORD_MMAP2:
-                m = L.mmap2.parse(body)
-                bid = ""
+                head = self.mmap2_head
+                if size - 8 < head.size:
+                    raise ValueError("record too small")
+                pid, _tid, addr, length, pgoff, dev, _prot, _flags = head.unpack_from(buf, body)
                 if misc & F.MISC_MMAP_BUILD_ID:
-                    b = L.mmap2_build_id.parse(m.dev_or_build_id)
-                    bid = b.build_id[: min(b.size, 20)].hex()
+                    n, raw = self.mmap2_bid.unpack_from(dev)
+                    bid = raw[: min(n, 20)].hex()
             else:
-                m = L.mmap.parse(body)
-                bid = ""
-        except Exception as e:  # noqa: BLE001 - construct errors and bad UTF-8 alike
+                head = self.mmap_head
+                if size - 8 < head.size:
+                    raise ValueError("record too small")
+                pid, _tid, addr, length, pgoff = head.unpack_from(buf, body)
+            filename = _cstring(buf, body + head.size, start + size)
+        except (struct.error, ValueError) as e:  # short records, no NUL, bad UTF-8
             what = str(e).splitlines()[0][:80]
             raise FormatError(pd.path, off, f"bad record type {rtype}: {what}") from None
-        return t, (m.pid, m.addr, m.len, m.pgoff, m.filename, bid, misc & 7)
+        return t, (pid, addr, length, pgoff, filename, bid, misc & 7)
 
     def _flush(self, queue: list[tuple], limit: float) -> list[tuple]:
         if not self.ready:
@@ -654,6 +728,7 @@ class _BulkAggregator(_Aggregator):
         kallsyms: str | None,
         np: Any,
         bulk: Any,
+        host: HostKallsyms | None = None,
     ) -> None:
         attrs = pd.attrs
         ev0 = attrs[0] if attrs else None
@@ -664,7 +739,7 @@ class _BulkAggregator(_Aggregator):
             or any(a.read_size is None or a.read_size != ev0.read_size for a in attrs)
         ):
             raise NotBulk("samples of this file need the record-by-record reader")
-        super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np)
+        super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
         self.bulk = bulk
         self.ev0 = ev0
         offs = field_offsets(pd.L.sample_prefix(ev0.sample_type))
@@ -685,6 +760,9 @@ class _BulkAggregator(_Aggregator):
         self.timed_cache: dict[tuple, tuple[Sym, ...]] = {}
         self.comm_ids: dict[str, int] = {}
         self.comm_names: list[str] = []
+        self._user_state: tuple[Any, Any, int] | None = None  # user samples, their states
+        self.chain_ids: dict[tuple[Sym, ...], int] = {}
+        self.chain_list: list[tuple[Sym, ...]] = []
 
     # ---- reading -----------------------------------------------------------
 
@@ -701,6 +779,8 @@ class _BulkAggregator(_Aggregator):
         if self.pending is not None or self.pending_sb:
             self._window(None, last=True)
         self.nrec = self.seq
+        if not self.ready:
+            self._prepare()
         progress.done()
 
     def _window(self, offs: Any, last: bool) -> None:
@@ -761,7 +841,7 @@ class _BulkAggregator(_Aggregator):
         if smp is not None:
             smp["j"] = nfr0 + np.searchsorted(fr_pos, sidx, side="left")
         for k, x in enumerate(sb_new):
-            sb_new[k] = (*x[:5], nfr0 + int(np.searchsorted(fr_pos, x[5], side="left")))
+            sb_new[k] = (*x[:5], nfr0 + bisect.bisect_left(fr_at, x[5]))
         # -- merge with what waits from earlier windows, pick what goes out now
         if self.pending is not None:
             smp = self.pending if smp is None else _concat(np, self.pending, smp)
@@ -882,7 +962,24 @@ class _BulkAggregator(_Aggregator):
         np.minimum.at(g_rep, g_inv, cnt)
         g_first = np.full(ng, big, dtype=np.int64)
         np.minimum.at(g_first, g_inv, np.arange(n, dtype=np.int64))
+        chains = self.callchains and "chain" in smp
+        mode_g = mode[g_first]
+        user_state = self._user_state
+        user_bulk = user_state is not None
+        if user_state is not None:
+            # user-space groups resolve after the pass, in bulk, against the memory maps
+            # their (pid, map changes) state had when its first sample went out
+            u_sel, u_state, nus = user_state
+            g_rep[mode_g == F.MISC_USER] = big
+            u_rep = np.full(nus, big, dtype=np.int64)
+            np.minimum.at(u_rep, u_state, cnt[u_sel])
+            u_first = np.full(nus, big, dtype=np.int64)
+            np.minimum.at(u_first, u_state, u_sel)
+            u_pid = smp["pid"][u_first].tolist()
+            u_maps: list[tuple] = [()] * nus
         probes = [(g_rep, 0)]
+        if user_bulk:
+            probes.append((u_rep, 2))
         c_inv = None
         c_tid: list[int] = []
         nc = 0
@@ -890,6 +987,27 @@ class _BulkAggregator(_Aggregator):
             c_inv, nc, c_first, c_rep = self._comm_groups(smp, sbs, cnt)
             c_tid = smp["tid"][c_first].tolist()
             probes.append((c_rep, 1))
+        if chains:
+            # samples alike in call chain, address, mode and the side-band state those
+            # depend on resolve their chain once, where the first of them goes out
+            h_inv, nh = self._chain_groups(smp, sbs, cnt, mode)
+            h_rep = np.full(nh, big, dtype=np.int64)
+            np.minimum.at(h_rep, h_inv, cnt)
+            h_first = np.full(nh, big, dtype=np.int64)
+            np.minimum.at(h_first, h_inv, np.arange(n, dtype=np.int64))
+            probes.append((h_rep, 3))
+            h_res = [-1] * nh  # the chain (index into chain_list) of each group, or -1: by time
+            h_timed: list[tuple[Any, list[int]]] = []
+            h_members = _Members(np, h_inv, nh)
+            h_at = (self.bulk.base + 8 * (smp["chain"][h_first] + 1)).tolist()
+            h_nr = smp["nr"][h_first].tolist()
+            h_ip = smp["ip"][h_first].tolist()
+            h_pid = smp["pid"][h_first].tolist()
+            h_mode = mode[h_first].tolist()
+            h_t = t[h_first].tolist()
+            buf = self.bulk.buf
+            e = "<" if self.pd.little else ">"
+            bps_gen, bps = -1, None
         # -- one pass over the side-band records, resolving each group where it lives
         rep = np.concatenate([p for p, _ in probes])
         kind = np.concatenate([np.full(len(p), k, dtype=np.int64) for p, k in probes])
@@ -904,14 +1022,8 @@ class _BulkAggregator(_Aggregator):
         g_sym = [0] * ng
         c_comm = [0] * nc
         timed: list[tuple[Any, Any]] = []  # (samples, their symbol ids): BPF, by time
-        timed_of: dict[int, int] = {}
         members = _Members(np, g_inv, ng)
-        chains = self.callchains and "chain" in smp
-        if chains:
-            s_order = np.argsort(cnt, kind="stable")
-            s_cnt = cnt[s_order].tolist()
-            g_inv_l = g_inv.tolist()
-        p = si = 0
+        p = 0
         nprobe = len(rep_l)
         for c in range(nsb + 1):
             while p < nprobe and rep_l[p] == c:
@@ -919,6 +1031,35 @@ class _BulkAggregator(_Aggregator):
                 p += 1
                 if kind_l[p - 1] == 1:
                     c_comm[gi] = self._comm_id(c_tid[gi])
+                    continue
+                if kind_l[p - 1] == 2:
+                    u_maps[gi] = tuple(sym.maps.get(u_pid[gi], ()))
+                    continue
+                if kind_l[p - 1] == 3:
+                    a = h_at[gi]
+                    words = struct.unpack(f"{e}{h_nr[gi]}Q", buf[a : a + 8 * h_nr[gi]])
+                    m, pid, ip = h_mode[gi], h_pid[gi], h_ip[gi]
+                    res, timeless = sym.resolve_chain(m, pid, ip, words, h_t[gi])
+                    if timeless:
+                        h_res[gi] = self._chain_id(res)
+                        continue
+                    # through BPF code: alike between two load/unload times
+                    mem = h_members(gi)
+                    ts = t[mem]
+                    if bps_gen != sym.kgen:
+                        bps_gen, bps = sym.kgen, np.array(_bpf_times(sym), dtype=np.uint64)
+                    bucket = np.searchsorted(bps, ts, side="right")
+                    if len(mem) == 1 or bucket.min() == bucket.max():
+                        h_res[gi] = self._chain_id(res)  # all between the same two times
+                        continue
+                    ids = [0] * len(mem)
+                    for bk in unique(np, bucket)[0].tolist():
+                        sel = np.flatnonzero(bucket == bk)
+                        res = sym.resolve_chain(m, pid, ip, words, int(ts[sel[0]]))[0]
+                        cid = self._chain_id(res)
+                        for q in sel.tolist():
+                            ids[q] = cid
+                    h_timed.append((mem, ids))
                     continue
                 m, ip = mode_f[gi], ip_f[gi]
                 if m == F.MISC_KERNEL:
@@ -928,24 +1069,231 @@ class _BulkAggregator(_Aggregator):
                         mem = members(gi)
                         ids = self._by_time(entry, ip, t[mem])
                         timed.append((mem, ids))
-                        if chains:
-                            timed_of.update(zip(mem.tolist(), ids.tolist(), strict=True))
                 elif m == F.MISC_USER:
                     s = sym.resolve_user(pid_f[gi], ip)
                 else:
                     s = sym.resolve(m, pid_f[gi], ip, t_f[gi])
                 g_sym[gi] = self._sym_id(s)
-            if chains:
-                si = self._chains(smp, s_order, s_cnt, si, c, g_sym, g_inv_l, timed_of,
-                                  c_inv, c_comm)  # fmt: skip
             if c < nsb:
                 x = sbs[c]
                 self._apply(x[3], x[4], x[5])
         del first_l
-        sym_of = np.array(g_sym, dtype=np.int64)[g_inv]
+        g_sym_a = np.array(g_sym, dtype=np.int64)
+        if user_bulk:
+            g_user = np.flatnonzero(mode_g == F.MISC_USER)
+            state_of = np.zeros(n, dtype=np.int64)
+            state_of[u_sel] = u_state
+            self._user_bulk(g_sym_a, g_user, state_of[g_first[g_user]], smp["ip"][g_first[g_user]],
+                            u_maps)  # fmt: skip
+        sym_of = g_sym_a[g_inv]
         for mem, ids in timed:
             sym_of[mem] = ids
         self._rows(smp, sym_of, g_inv, ng, c_inv, c_comm)
+        if chains:
+            chain_of = np.array(h_res, dtype=np.int64)[h_inv]
+            for mem, cids in h_timed:
+                chain_of[mem] = cids
+            self._stacks(smp, sym_of, chain_of, c_inv, c_comm)
+
+    def _chain_id(self, chain: tuple[Sym, ...]) -> int:
+        i = self.chain_ids.get(chain)
+        if i is None:
+            i = self.chain_ids[chain] = len(self.chain_list)
+            self.chain_list.append(chain)
+        return i
+
+    def _chain_groups(
+        self, smp: dict[str, Any], sbs: list[tuple], cnt: Any, mode: Any
+    ) -> tuple[Any, int]:
+        """Group samples by (call chain, mode, address, their pid's maps, kernel symbols)."""
+        np = self.np
+        words = self._chain_words(smp)
+        kpos = np.array([i for i, x in enumerate(sbs) if x[3] in KERNEL_CHANGES], dtype=np.int64)
+        kstate = np.searchsorted(kpos, cnt, side="left")
+        ustate = _dense(np, self._map_states(smp, sbs, cnt))[0]
+        ipd = unique(np, smp["ip"])[1]
+        inv, n = words, int(words.max()) + 1 if len(words) else 0
+        for col in (mode, ipd, ustate, kstate):
+            radix = int(col.max()) + 1
+            if n * radix >= 1 << 62:
+                raise NotBulk("too many call chain groups")
+            inv, n = _dense(np, inv * radix + col)
+        return inv, n
+
+    def _chain_words(self, smp: dict[str, Any]) -> Any:
+        """A dense id per sample for its call chain's words (equal ids: equal words)."""
+        np = self.np
+        u64 = self.bulk.u64
+        nr = smp["nr"]
+        first = smp["chain"] + 1  # word index of each chain's first entry
+        total = int(nr.sum())
+        starts = np.cumsum(nr) - nr
+        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, nr)
+        at = np.repeat(first, nr) + pos
+        w = u64[at]
+        mult = _chain_multipliers(np, int(nr.max()) if len(nr) else 0)
+        h = np.zeros(len(nr), dtype=np.uint64)
+        some = np.flatnonzero(nr > 0)
+        if len(some):
+            h[some] = np.add.reduceat(w * mult[pos], starts[some])
+        h ^= nr.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        ids, nid = _dense(np, h)
+        # a hash is no proof: every chain must equal its group's first, word for word
+        rep = np.full(nid, len(nr), dtype=np.int64)
+        np.minimum.at(rep, ids, np.arange(len(nr), dtype=np.int64))
+        r = rep[ids]
+        if bool((nr[r] != nr).any()) or bool((u64[np.repeat(first[r], nr) + pos] != w).any()):
+            raise NotBulk("call chain hash collision")
+        return ids
+
+    def _map_states(self, smp: dict[str, Any], sbs: list[tuple], cnt: Any) -> Any:
+        """Per sample: its pid and how many of that pid's map changes precede it, as one key."""
+        np = self.np
+        mk = sorted((int(x[4][0]) << 32) | i for i, x in enumerate(sbs) if x[3] in MAP_CHANGES)
+        mkeys = np.array(mk, dtype=np.uint64)
+        pid = smp["pid"].astype(np.uint64)
+        ugen = np.searchsorted(mkeys, (pid << np.uint64(32)) | cnt.astype(np.uint64))
+        return pid * np.uint64(len(mkeys) + 1) + ugen.astype(np.uint64)
+
+    def _stacks(
+        self, smp: dict[str, Any], sym_of: Any, chain_of: Any, c_inv: Any, c_comm: list[int]
+    ) -> None:
+        """Add the samples' call chains to the stacks of their events."""
+        np = self.np
+        keys = self.keys
+        want_tid = "pid" in keys
+        want_cpu = "cpu" in keys
+        ev = smp["ev"]
+        period = smp["period"]
+        at = np.arange(len(ev), dtype=np.int64)
+        if self.bpf_only:
+            is_bpf = np.array([s.bpf is not None for s in self.syms], dtype=bool)
+            at = np.flatnonzero(is_bpf[sym_of])
+        if not len(at):
+            return
+        comm_of = np.array(c_comm, dtype=np.int64)[c_inv] if c_inv is not None else None
+        cols: list[tuple[Any, int]] = [(ev, len(self.pd.attrs))]
+        if comm_of is not None:
+            cols.append((comm_of, len(self.comm_names)))
+        if want_tid:
+            cols.append(_dense(np, smp["tid"].astype(np.int64)))
+        if want_cpu:
+            cols.append(_dense(np, smp["cpu"] + 1))
+        key = np.zeros(len(ev), dtype=np.int64)
+        room = 1
+        for col, radix in cols:
+            room *= max(radix, 1)
+            key = key * max(radix, 1) + col
+        if room * max(len(self.chain_list), 1) >= 1 << 62:
+            raise NotBulk("too many stacks")
+        key = (key * len(self.chain_list) + chain_of)[at]
+        period = period[at]
+        inv, nst = _dense(np, key)
+        counts = np.bincount(inv, minlength=nst).tolist()
+        if int(period.sum()) < 1 << 53:  # float sums of integers stay exact
+            sums = [int(x) for x in np.bincount(inv, weights=period.astype(np.float64)).tolist()]
+        else:
+            perm = np.argsort(inv, kind="stable")
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            sums = np.add.reduceat(period[perm], starts).tolist()
+        first = np.full(nst, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, inv, at)
+        ev_l = ev[first].tolist()
+        chain_l = chain_of[first].tolist()
+        comm_l = comm_of[first].tolist() if comm_of is not None else None
+        tid_l = smp["tid"][first].tolist()
+        cpu_l = smp["cpu"][first].tolist()
+        names = self.comm_names
+        chains = self.chain_list
+        events = self.events
+        for q in range(nst):
+            head: tuple = (
+                (names[comm_l[q]], tid_l[q] if want_tid else 0) if comm_l is not None else ()
+            )
+            if want_cpu:
+                head = (cpu_l[q], *head)
+            stacks = events[ev_l[q]].stacks
+            sk = (head, chains[chain_l[q]])
+            r = stacks.get(sk)
+            if r is None:
+                stacks[sk] = [sums[q], counts[q]]
+            else:
+                r[0] += sums[q]
+                r[1] += counts[q]
+
+    def _user_bulk(self, g_sym: Any, groups: Any, state: Any, ips: Any, maps: list[tuple]) -> None:
+        """Symbol ids of user-space groups (g_sym[groups]), by their state's memory maps."""
+        np, sym = self.np, self.sym
+        # every state's maps as one sorted table of (state, start) -> map entry
+        eids: dict[int, int] = {}
+        ents: list[Any] = []
+        ent_l: list[int] = []
+        st_l: list[int] = []
+        for s, mp in enumerate(maps):
+            for m in mp:
+                e = eids.get(id(m))
+                if e is None:
+                    e = eids[id(m)] = len(ents)
+                    ents.append(m)
+                ent_l.append(e)
+            st_l.extend([s] * len(mp))
+        files: dict[tuple[str, str], int] = {}
+        e_file = np.array(
+            [files.setdefault((m.filename, m.build_id), len(files)) for m in ents], dtype=np.int64
+        )
+        e_start = np.array([m.start for m in ents], dtype=np.uint64)
+        e_end = np.array([m.end for m in ents], dtype=np.uint64)
+        e_pg = np.array([m.pgoff for m in ents], dtype=np.uint64)
+        ment = np.array(ent_l, dtype=np.int64)
+        mstate = np.array(st_l, dtype=np.int64)
+        mstart = e_start[ment]
+        state = state.astype(np.int64)
+        top = max(int(ips.max()), int(mstart.max()) if len(mstart) else 0)
+        sbits = max(len(maps) - 1, 1).bit_length()
+        if sbits + top.bit_length() <= 63:
+            abits, a_maps, a_ips = top.bit_length(), mstart, ips
+        else:  # addresses by rank among them all (order is all the lookup needs)
+            _, rank = unique(np, np.concatenate([mstart, ips]))
+            abits = max(int(rank.max()), 1).bit_length()
+            a_maps, a_ips = rank[: len(mstart)], rank[len(mstart) :]
+            if sbits + abits > 63:
+                raise NotBulk("too many memory maps")
+        sh = np.uint64(abits)
+        mkey = (mstate.astype(np.uint64) << sh) | a_maps.astype(np.uint64)
+        gkey = (state.astype(np.uint64) << sh) | a_ips.astype(np.uint64)
+        j = np.searchsorted(mkey, gkey, side="right").astype(np.int64) - 1
+        jj = np.maximum(j, 0)
+        e = ment[jj] if len(ment) else np.zeros(len(ips), dtype=np.int64)
+        inside = (j >= 0) & (mstate[jj] == state) & (ips < e_end[e]) if len(ment) else j < -1
+        out = np.flatnonzero(~inside)
+        if len(out):
+            nmaps = np.bincount(mstate, minlength=len(maps))
+            empty = (nmaps[state[out]] == 0).tolist()
+            for g, ip, none in zip(groups[out].tolist(), ips[out].tolist(), empty, strict=True):
+                why = (
+                    "no memory map for the process" if none else "address outside every memory map"
+                )
+                g_sym[g] = self._sym_id(sym.unresolved("[unknown]", ".", ip, why))
+        inn = np.flatnonzero(inside)
+        if not len(inn):
+            return
+        e = e[inn]
+        rel = ips[inn] - e_start[e] + e_pg[e]
+        f = e_file[e]
+        order = np.argsort(f, kind="stable")
+        f_sorted = f[order]
+        bounds = np.flatnonzero(np.diff(f_sorted)) + 1
+        sym_ids = self.sym_ids
+        for part in np.split(order, bounds):
+            m = ents[int(e[part[0]])]
+            codes, syms = sym.user_file_syms(np, m, rel[part])
+            ids = []
+            for sy in syms:
+                i = sym_ids.get(id(sy))
+                if i is None:
+                    i = self._sym_id(sy)
+                ids.append(i)
+            g_sym[groups[inn[part]]] = np.array(ids, dtype=np.int64)[codes]
 
     def _sym_groups(
         self, smp: dict[str, Any], sbs: list[tuple], cnt: Any, mode: Any
@@ -960,13 +1308,14 @@ class _BulkAggregator(_Aggregator):
         ip = smp["ip"]
         g_inv = np.empty(n, dtype=np.int64)
         base = 0
+        self._user_state = None
         kernel = mode == F.MISC_KERNEL
         user = mode == F.MISC_USER
         for sel_mask, what in ((kernel, 1), (user, 2), (~(kernel | user), 0)):
             sel = np.flatnonzero(sel_mask)
             if not len(sel):
                 continue
-            ipu, ip_inv = np.unique(ip[sel], return_inverse=True)
+            ips = ip[sel]
             if what == 1:
                 kpos = np.array(
                     [i for i, x in enumerate(sbs) if x[3] in KERNEL_CHANGES], dtype=np.int64
@@ -979,12 +1328,23 @@ class _BulkAggregator(_Aggregator):
                 mkeys = np.array(mk, dtype=np.uint64)
                 pid = smp["pid"][sel].astype(np.uint64)
                 ugen = np.searchsorted(mkeys, (pid << np.uint64(32)) | cnt[sel].astype(np.uint64))
-                state = _dense(np, pid * np.uint64(len(mkeys) + 1) + ugen.astype(np.uint64))[0]
+                state, nstates = _dense(
+                    np, pid * np.uint64(len(mkeys) + 1) + ugen.astype(np.uint64)
+                )
+                self._user_state = (sel, state, nstates)
             else:
                 state = mode[sel]
-            if int(state.max()) * len(ipu) >= 1 << 62:
-                raise NotBulk("too many address groups")
-            inv, ng = _dense(np, state * len(ipu) + ip_inv)
+            lo = int(ips.min())
+            bits = (int(ips.max()) - lo).bit_length()
+            if int(state.max()).bit_length() + bits <= 62:
+                # (state, address) packed in one word: one sort
+                key = (state.astype(np.uint64) << np.uint64(bits)) | (ips - np.uint64(lo))
+                inv, ng = _dense(np, key)
+            else:
+                ipu, ip_inv = unique(np, ips)
+                if int(state.max()) * len(ipu) >= 1 << 62:
+                    raise NotBulk("too many address groups")
+                inv, ng = _dense(np, state * len(ipu) + ip_inv)
             g_inv[sel] = inv + base
             base += ng
         return g_inv, base
@@ -1018,7 +1378,7 @@ class _BulkAggregator(_Aggregator):
         bps = sorted({x for f in (*side, *perfc) for x in (f.load, f.unload) if x is not None})
         bucket = np.searchsorted(np.array(bps, dtype=np.uint64), ts, side="right")
         ids = np.empty(len(ts), dtype=np.int64)
-        for bk in np.unique(bucket).tolist():
+        for bk in unique(np, bucket)[0].tolist():
             sel = bucket == bk
             t0 = int(ts[np.flatnonzero(sel)[0]])
             ids[sel] = self._sym_id(self.sym.resolve_kernel(ip, t0))
@@ -1056,95 +1416,6 @@ class _BulkAggregator(_Aggregator):
                     j += 1
                 cnt[i] = j
         return cnt
-
-    def _chains(
-        self,
-        smp: dict[str, Any],
-        order: Any,
-        s_cnt: list[int],
-        si: int,
-        c: int,
-        g_sym: list[int],
-        g_inv: list[int],
-        timed_of: dict[int, int],
-        c_inv: Any,
-        c_comm: list[int],
-    ) -> int:
-        """Call chains of the samples placed right before side-band record c."""
-        n = len(s_cnt)
-        if si >= n or s_cnt[si] != c:
-            return si
-        end = si
-        while end < n and s_cnt[end] == c:
-            end += 1
-        sym = self.sym
-        idx = order[si:end]
-        syms = self.syms
-        idx_l = idx.tolist()
-        sym_l = [timed_of.get(i, g_sym[g_inv[i]]) for i in idx_l]
-        keys = self.keys
-        want_comm = c_inv is not None
-        want_tid = "pid" in keys
-        want_cpu = "cpu" in keys
-        bpf_only = self.bpf_only
-        comms = [self.comm_names[c_comm[x]] for x in c_inv[idx].tolist()] if want_comm else None
-        tid_l = smp["tid"][idx].tolist()
-        cpu_l = smp["cpu"][idx].tolist()
-        pid_l = smp["pid"][idx].tolist()
-        ip_l = smp["ip"][idx].tolist()
-        t_l = smp["t"][idx].tolist()
-        mode_l = (smp["misc"][idx] & 7).tolist()
-        ev_l = smp["ev"][idx].tolist()
-        per_l = smp["period"][idx].tolist()
-        at_l = (self.bulk.base + 8 * smp["chain"][idx]).tolist()
-        nr_l = smp["nr"][idx].tolist()
-        buf = self.bulk.buf
-        e = "<" if self.pd.little else ">"
-        chain_cache = self.chain_cache
-        timed_cache = self.timed_cache
-        bps = _bpf_times(sym)
-        events = self.events
-        for q in range(len(sym_l)):
-            s = syms[sym_l[q]]
-            if bpf_only and s.bpf is None:
-                continue
-            if want_comm:
-                tid = tid_l[q]
-                head: tuple = (comms[q], tid if want_tid else 0)  # type: ignore[index]
-            else:
-                head = ()
-            if want_cpu:
-                head = (cpu_l[q], *head)
-            if sym.kgen != self.chain_kgen:
-                chain_cache.clear()
-                timed_cache.clear()
-                self.chain_kgen = sym.kgen
-                bps = _bpf_times(sym)
-            pid, mode, ip = pid_l[q], mode_l[q], ip_l[q]
-            a = at_l[q] + 8
-            raw = buf[a : a + 8 * nr_l[q]]
-            ck = (pid, sym.ugen.get(pid, 0), mode, ip, raw)
-            chain = chain_cache.get(ck)
-            if chain is None:
-                # a chain through BPF code resolves alike between two load/unload times
-                tk = (ck, bisect.bisect_right(bps, t_l[q]))
-                chain = timed_cache.get(tk)
-                if chain is None:
-                    tup = struct.unpack(f"{e}{nr_l[q]}Q", raw)
-                    chain, timeless = sym.resolve_chain(mode, pid, ip, tup, t_l[q])
-                    if timeless:
-                        chain_cache[ck] = chain
-                    else:
-                        timed_cache[tk] = chain
-            st = events[ev_l[q]]
-            sk = (head, chain)
-            r = st.stacks.get(sk)
-            if r is None:
-                st.stacks[sk] = [per_l[q], 1]
-            else:
-                r[0] += per_l[q]
-                r[1] += 1
-        return end
 
     def _rows(
         self,
@@ -1215,30 +1486,33 @@ class _BulkAggregator(_Aggregator):
         ip_l = smp["ip"][first].tolist()
         syms = self.syms
         names = self.comm_names
-        for q in range(nrows):
-            s = syms[sym_l[q]]
-            if comm_l is not None:
-                k: tuple = (names[comm_l[q]], tid_l[q] if want_tid else 0, s)
-            else:
-                k = (s,)
-            if want_cpu:
-                k = (cpu_l[q], *k)
-            if want_ip:
-                k = (*k, ip_l[q])
-            rows = self.events[ev_l[q]].rows
+        # the keys of the record-by-record pass: (cpu?, comm, tid, sym, ip?)
+        cols_k: list[list[Any]] = []
+        if want_cpu:
+            cols_k.append(cpu_l)
+        if comm_l is not None:
+            cols_k.append([names[c] for c in comm_l])
+            cols_k.append(tid_l if want_tid else [0] * nrows)
+        cols_k.append([syms[i] for i in sym_l])
+        if want_ip:
+            cols_k.append(ip_l)
+        events = self.events
+        one = events[ev_l[0]].rows if nev == 1 else None
+        for q, (k, p, c) in enumerate(zip(zip(*cols_k, strict=True), sums, counts, strict=True)):
+            rows = one if one is not None else events[ev_l[q]].rows
             r = rows.get(k)
             if r is None:
-                rows[k] = [sums[q], counts[q]]
+                rows[k] = [p, c]
             else:
-                r[0] += sums[q]
-                r[1] += counts[q]
+                r[0] += p
+                r[1] += c
 
     def _new_events(self, smp: dict[str, Any]) -> None:
         """EventStats for events first seen here, in the order their first samples go out."""
         np = self.np
         ev = smp["ev"]
         firsts = []
-        for e in np.unique(ev).tolist():
+        for e in unique(np, ev)[0].tolist():
             if e in self.events:
                 continue
             sel = np.flatnonzero(ev == e)
@@ -1247,6 +1521,24 @@ class _BulkAggregator(_Aggregator):
             firsts.append(((int(k[i]), int(t[i]), int(seq[i])), e))
         for _, e in sorted(firsts):
             self.events[e] = EventStats(self.pd.attrs[e])
+
+
+@functools.cache
+def _chain_multipliers(np: Any, n: int) -> Any:
+    """Fixed odd 64-bit multipliers, one per call chain position (for hashing chains)."""
+    x = (np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0xBF58476D1CE4E5B9)) ^ np.uint64(
+        0x94D049BB133111EB
+    )
+    x ^= x >> np.uint64(31)
+    return x | np.uint64(1)
+
+
+def _cstring(buf: Any, start: int, end: int) -> str:
+    """The NUL-terminated UTF-8 string at buf[start:end] (ValueError when unterminated)."""
+    nul = buf.find(b"\0", start, end)
+    if nul < 0:
+        raise ValueError("string not terminated")
+    return bytes(buf[start:nul]).decode("utf-8")
 
 
 def _bpf_times(sym: Symbolizer) -> list[int]:
@@ -1267,8 +1559,8 @@ def _dense(np: Any, key: Any) -> tuple[Any, int]:
         table = np.zeros(top + 1, dtype=np.int64)
         table[values] = np.arange(len(values), dtype=np.int64)
         return table[key], len(values)
-    values, inv = np.unique(key, return_inverse=True)
-    return inv.astype(np.int64), len(values)
+    values, inv = unique(np, key)
+    return inv, len(values)
 
 
 DENSE_TABLE = 1 << 22
@@ -1359,9 +1651,41 @@ def _unpack_key(key: tuple, keys: list[str]) -> tuple[str, int, int, Sym, int]:
     return comm, tid, cpu, s, ip
 
 
+HEAD_KEYS = ("comm", "pid")
+STACK_HEAD_KEYS = ("comm", "pid", "cpu")  # the columns a stack's head gives
+SYM_KEYS = ("dso", "sym", "prog", "func")
+
+
 def table(an: Analysis, st: EventStats) -> list[tuple[tuple[str, ...], int, int]]:
     """Rows (cells, period, samples) merged by their displayed cells, largest first."""
     merged: dict[tuple[str, ...], list[int]] = {}
+    keys = an.keys
+    nhead = sum(1 for k in keys if k in HEAD_KEYS)
+    if all(k in HEAD_KEYS for k in keys[:nhead]) and all(k in SYM_KEYS for k in keys[nhead:]):
+        # cells of the comm/pid columns, then of the symbol's: each part made once
+        heads: dict[tuple, tuple[str, ...]] = {}
+        tails: dict[Sym, tuple[str, ...]] = {}
+        hkeys, skeys = keys[:nhead], keys[nhead:]
+        for key, (period, n) in st.rows.items():
+            s = key[-1]
+            tail = tails.get(s)
+            if tail is None:
+                tail = tails[s] = tuple(_cell(k, "", 0, -1, s, 0) for k in skeys)
+            if nhead:
+                hk = key[:2]
+                head = heads.get(hk)
+                if head is None:
+                    head = heads[hk] = tuple(_cell(k, hk[0], hk[1], -1, s, 0) for k in hkeys)
+                cells = head + tail
+            else:
+                cells = tail
+            r = merged.get(cells)
+            if r is None:
+                merged[cells] = [period, n]
+            else:
+                r[0] += period
+                r[1] += n
+        return _sorted_rows(merged)
     for key, (period, n) in st.rows.items():
         comm, tid, cpu, s, ip = _unpack_key(key, an.keys)
         cells = tuple(_cell(k, comm, tid, cpu, s, ip) for k in an.keys)
@@ -1371,22 +1695,77 @@ def table(an: Analysis, st: EventStats) -> list[tuple[tuple[str, ...], int, int]
         else:
             r[0] += period
             r[1] += n
+    return _sorted_rows(merged)
+
+
+def _sorted_rows(
+    merged: dict[tuple[str, ...], list[int]],
+) -> list[tuple[tuple[str, ...], int, int]]:
     rows = [(c, p, n) for c, (p, n) in merged.items()]
     rows.sort(key=lambda r: (-r[1], r[0]))
     return rows
 
 
 def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
-    out: dict[tuple[str, ...], int] = {}
+    """Children overhead: the period of every stack an entry appears in (once per stack)."""
+    ids, cells, _ = _stack_cells(an, st)
+    totals = [0] * len(cells)
+    for cl, period in ids:
+        for c in set(cl):
+            totals[c] += period
+    return dict(zip(cells, totals, strict=True))
+
+
+def _stack_cells(
+    an: Analysis, st: EventStats
+) -> tuple[list[tuple[list[int], int]], list[tuple[str, ...]], list[tuple[Sym, ...]]]:
+    """Per stack: the ids of its entries' cells (leaf first) and its period; the cells of
+    each id; the stacks' symbols. Made once per event (children and graphs share it)."""
+    got = an.stack_cells.get(id(st))
+    if got is not None:
+        return got
+    cell_id: dict[tuple[str, ...], int] = {}
+    cells: list[tuple[str, ...]] = []
+    by_head: dict[tuple, dict[Sym, int]] = {}
+    ids: list[tuple[list[int], int]] = []
+    chains: list[tuple[Sym, ...]] = []
+    keys = an.keys
+    nhead = sum(1 for k in keys if k in STACK_HEAD_KEYS)
+    split = all(k in STACK_HEAD_KEYS for k in keys[:nhead])  # head columns, then symbol's
+    heads: dict[tuple, tuple[str, ...]] = {}
+    tails: dict[Sym, tuple[str, ...]] = {}
     for (head, syms), (period, _n) in st.stacks.items():
-        seen = set()
-        for s in syms:
-            cells = _cells_for(an, head, s)
-            if cells in seen:
-                continue
-            seen.add(cells)
-            out[cells] = out.get(cells, 0) + period
-    return out
+        hc = by_head.get(head)
+        if hc is None:
+            hc = by_head[head] = {}
+            if split:
+                comm, tid, cpu, _, _ = _unpack_key((*head, None, 0), keys)
+                heads[head] = tuple(_cell(k, comm, tid, cpu, None, 0) for k in keys[:nhead])  # type: ignore[arg-type]
+        get = hc.get
+        cl = [get(s) for s in syms]
+        if None in cl:
+            for k, s in enumerate(syms):
+                i = hc.get(s)
+                if i is None:
+                    if split:
+                        tail = tails.get(s)
+                        if tail is None:
+                            tail = tails[s] = tuple(
+                                _cell(x, "", 0, -1, s, s.start) for x in keys[nhead:]
+                            )
+                        c = heads[head] + tail
+                    else:
+                        c = _cells_for(an, head, s)
+                    i = cell_id.get(c)
+                    if i is None:
+                        i = cell_id[c] = len(cells)
+                        cells.append(c)
+                    hc[s] = i
+                cl[k] = i
+        ids.append((cl, period))  # type: ignore[arg-type]
+        chains.append(syms)
+    got = an.stack_cells[id(st)] = (ids, cells, chains)
+    return got
 
 
 def _cells_for(an: Analysis, head: tuple, s: Sym) -> tuple[str, ...]:
@@ -1470,9 +1849,8 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
             lines = [(c, p, p) for c, p, _ in rows]
         lines = [x for x in lines if 100.0 * x[1] / total >= limit]
         widths = [len(h) for h in heads]
-        for c, _, _ in lines:
-            for i, cell in enumerate(c[:-1]):
-                widths[i] = max(widths[i], len(cell))
+        for i in range(len(widths) - 1):
+            widths[i] = max(widths[i], max((len(c[i]) for c, _, _ in lines), default=0))
         pct_cols = "# Children      Self" if children is not None else "# Overhead"
         dots = "# ........  ........" if children is not None else "# ........"
         runtime = _runtime_cells(an)
@@ -1485,6 +1863,14 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
         out.append(dots + "  " + "  ".join("." * w for w in widths))
         out.append("#")
         graphs = _graphs(an, st, lines, total) if children is not None else {}
+        if children is None and runtime is None:
+            # the plain overhead table: one format string for every line
+            fmt = "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{}"
+            out.extend(
+                f"{100.0 * p / total:9.2f}%  " + fmt.format(*c).rstrip() for c, p, _ in lines
+            )
+            out.append("")
+            continue
         for c, p_children, p_self in lines:
             cells = "  ".join(x.ljust(w) for x, w in zip(c, widths, strict=False))
             if runtime is not None:
@@ -1519,15 +1905,16 @@ def _runtime_cells(an: Analysis) -> Any:
 
 def _graphs(an: Analysis, st: EventStats, lines: list, total: int) -> dict[tuple, list[str]]:
     """Callee trees under each entry with enough children overhead."""
+    ids, cells, chains = _stack_cells(an, st)
     want = {c for c, pc, _ in lines if 100.0 * pc / total >= GRAPH_MIN_PERCENT}
-    trees: dict[tuple, dict] = {}
-    for (head, syms), (period, _n) in st.stacks.items():
-        cells_list = [_cells_for(an, head, s) for s in syms]
+    want_ids = [c in want for c in cells]
+    trees: dict[int, dict] = {}
+    for (cl, period), syms in zip(ids, chains, strict=True):
         seen = set()
         # syms are leaf first: walk from the root so an entry's callees come after it
-        for pos in range(len(syms) - 1, -1, -1):
-            c = cells_list[pos]
-            if c not in want or c in seen:
+        for pos in range(len(cl) - 1, -1, -1):
+            c = cl[pos]
+            if not want_ids[c] or c in seen:
                 continue
             seen.add(c)
             node = trees.setdefault(c, {})
@@ -1542,7 +1929,7 @@ def _graphs(an: Analysis, st: EventStats, lines: list, total: int) -> dict[tuple
     for c, tree in trees.items():
         lines_: list[str] = []
         _render_tree(tree, total, "            ", lines_)
-        out[c] = lines_
+        out[cells[c]] = lines_
     return out
 
 
@@ -1588,6 +1975,12 @@ def render_json(an: Analysis, side: str | None) -> str:
         children = _children(an, st) if an.callchains and st.stacks else None
         for cells, period, n in table(an, st):
             row: dict[str, Any] = dict(zip(an.keys, cells, strict=False))
+            if "srcline" in row:
+                c = row["srcline"]
+                if isinstance(c, SourceLine):  # BPF: file:line and the text from BTF apart
+                    row["srcline"], row["source"] = c.location, c.source
+                else:
+                    row["source"] = ""
             row.update(overhead=round(100.0 * period / total, 4), period=period, samples=n)
             if children is not None:
                 row["children"] = round(100.0 * children.get(cells, period) / total, 4)
@@ -1638,12 +2031,13 @@ def run(args: argparse.Namespace) -> int:
         an = analyze(args.input, side, keys, callchains, args.bpf_only, args.kallsyms, stream)
     except FileNotFoundError as e:
         raise FormatError(e.filename or args.input, 0, "no such file") from None
-    if args.json:
-        text = render_json(an, side)
-    elif folded:
-        text = render_folded(an)
-    else:
-        text = render_stdio(an, side, args.percent_limit)
+    with gc_paused():
+        if args.json:
+            text = render_json(an, side)
+        elif folded:
+            text = render_folded(an)
+        else:
+            text = render_stdio(an, side, args.percent_limit)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

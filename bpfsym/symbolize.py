@@ -10,14 +10,22 @@ records and ELF symbol tables. Lookups are cached by address.
 from __future__ import annotations
 
 import bisect
+import functools
+import mmap
 import os
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from .formats import elf as E
 from .formats import perf as K
 from .formats import perfdata as F
+from .formats import struct_of
+from .formats.elf import elf_layouts
+from .formats.errors import FormatError
 from .model import Capture, KernelSymbol, LineEntry
+from .store import kernel_kallsyms
 
 # where a symbol came from (the report header counts these)
 FROM_SIDE = "side file"
@@ -74,9 +82,28 @@ class Sym:
         return f"[{self.kind}] {self.name}"
 
     def srcline(self, ip: int) -> str:
+        """file:line of ip; for BPF code a SourceLine with the line's text from BTF."""
         if self.bpf is None or self.bpf.prog is None:
             return "??:0"
         return self.bpf.prog.srcline(ip)
+
+
+class SourceLine(str):
+    """A source-line cell: "file:line  text" as shown, the two parts kept (--json)."""
+
+    location: str
+    source: str
+
+    def __new__(cls, location: str, source: str) -> SourceLine:
+        self = super().__new__(cls, f"{location}  {source}" if source else location)
+        self.location = location
+        self.source = source
+        return self
+
+
+def source_text(text: str) -> str:
+    """A BTF source line for one column: indentation and runs of blanks made one space."""
+    return " ".join(text.split())
 
 
 @dataclass
@@ -99,7 +126,7 @@ class BpfProg:
         if i < 0:
             return "??:0"
         e = self.lines[i]
-        return f"{os.path.basename(e.file) or '??'}:{e.line}"
+        return SourceLine(f"{os.path.basename(e.file) or '??'}:{e.line}", source_text(e.text))
 
 
 @dataclass
@@ -289,20 +316,35 @@ class KernelSymbols:
 
 def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
     """The kernel part of a kallsyms file (up to the first [bpf] line: those come last)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    cut = text.find("\t[bpf]")
-    if cut >= 0:
-        text = text[: text.rfind("\n", 0, cut) + 1]
-    return text
+    return kernel_kallsyms(path).decode("utf-8", "replace")
 
 
-def host_boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+class HostKallsyms:
+    """read_host_kallsyms() on a thread while this one goes on: reading /proc/kallsyms is
+    kernel time (about 50 ms for the kernel part), during which the GIL is free."""
+
+    def __init__(self, path: str = "/proc/kallsyms") -> None:
+        self.path = path
+        self._text: str | None = None
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            self._text = read_host_kallsyms(self.path)
+        except OSError as e:
+            self._error = e
+
+    def text(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._text is not None
+        return self._text
+
+    def close(self) -> None:
+        self._thread.join()
 
 
 @dataclass
@@ -342,7 +384,7 @@ class Symbolizer:
         self.build_ids: dict[str, str] = {}
         self.elf = ElfCache(elf_root)
         self.ool: dict[int, tuple[int, str]] = {}
-        self._unres: dict[str, Sym] = {}
+        self._unres: dict[Any, Sym] = {}
         self._by_file: dict[tuple[str, str, int], Sym] = {}
         self.pending_ksyms: list[BpfFunc] = []
         self.side_used = False
@@ -469,9 +511,12 @@ class Symbolizer:
     ) -> tuple[tuple[Sym, ...], bool]:
         """Symbols of a callchain, leaf first; the flag says the result holds at any time."""
         out: list[Sym] = []
+        add = out.append
         mode = cpumode
         timeless = True
         first = True
+        kcache = self.kcache
+        ucache = self.ucache.get(pid)
         for e in chain:
             if e >= F.CONTEXT_MAX:
                 mode = CONTEXT_MODES.get(e, 0)
@@ -479,10 +524,24 @@ class Symbolizer:
             if first:
                 first = False
                 if e != ip:
-                    out.append(self.resolve(cpumode, pid, ip, t))
-            out.append(self.resolve(mode, pid, e, t))
-            if mode == F.MISC_KERNEL and type(self.kcache.get(e)) is tuple:
-                timeless = False
+                    add(self.resolve(cpumode, pid, ip, t))
+            # resolve() with its caches looked at here first (the common case)
+            if mode == F.MISC_KERNEL:
+                c = kcache.get(e)
+                if type(c) is Sym:
+                    add(c)
+                    continue
+                add(self.resolve_kernel(e, t))
+                if type(kcache.get(e)) is tuple:
+                    timeless = False
+            elif mode == F.MISC_USER:
+                s = ucache.get(e) if ucache is not None else None
+                if s is None:
+                    s = self.resolve_user(pid, e)
+                    ucache = self.ucache.get(pid)
+                add(s)
+            else:
+                add(self.resolve(mode, pid, e, t))
         if first:
             out.append(self.resolve(cpumode, pid, ip, t))
         if cpumode == F.MISC_KERNEL and type(self.kcache.get(ip)) is tuple:
@@ -494,7 +553,7 @@ class Symbolizer:
         return c if c is not None else f":{tid}"
 
     def unresolved(self, dso: str, kind: str, ip: int, reason: str) -> Sym:
-        key = f"{dso}\0{kind}\0{ip}\0{reason}"
+        key = (dso, kind, ip, reason)
         s = self._unres.get(key)
         if s is None:
             s = Sym(f"0x{ip:016x}", dso, kind, UNRESOLVED, reason=reason, start=ip)
@@ -584,11 +643,70 @@ class Symbolizer:
         if hit is None:
             return self.unresolved(dso, ".", rel, elf.why_missing or "no symbol covers the address")
         name, start = hit
-        key = f"{m.filename}\0{start}"
+        key = (m.filename, start)
         s = self._unres.get(key)
         if s is None:
             s = self._unres[key] = Sym(name, dso, ".", FROM_ELF, start=start)
         return s
+
+    def user_file_syms(self, np: Any, m: MapEntry, rels: Any) -> tuple[Any, list[Sym]]:
+        """What _user_in(m, rel) gives for each of many addresses rels (numpy uint64) of
+        one mapped file: an index into the returned list of symbols per address."""
+        dso = os.path.basename(m.filename) or m.filename
+        if m.filename.startswith("["):
+            return self._each_unresolved(np, rels, m.filename, f"no symbols for {m.filename}")
+        elf = self.elf.get(m.filename, m.build_id)
+        if isinstance(elf, str):
+            return self._each_unresolved(np, rels, dso, elf)
+        n = len(rels)
+        vaddr = np.zeros(n, dtype=np.uint64)
+        mapped = np.zeros(n, dtype=bool)
+        for off, size, va in elf.segs:
+            sel = (rels >= np.uint64(off)) & (rels < np.uint64(off + size)) & ~mapped
+            vaddr[sel] = rels[sel] - np.uint64(off) + np.uint64(va)
+            mapped |= sel
+        starts = elf.starts_array(np)
+        i = np.searchsorted(starts, vaddr, side="right").astype(np.int64) - 1
+        ok = mapped & (i >= 0)
+        hit = unique(np, i[ok])[0]
+        hit_l = hit.tolist()
+        ends = np.array([elf._hit(k)[0] for k in hit_l], dtype=np.uint64)
+        at = np.searchsorted(hit, np.where(ok, i, 0))
+        ok &= vaddr < ends[np.minimum(at, max(len(hit) - 1, 0))] if len(hit) else False
+        syms: list[Sym] = []
+        for k in hit_l:
+            start = elf.starts[k]
+            key = (m.filename, start)
+            sy = self._unres.get(key)
+            if sy is None:
+                sy = self._unres[key] = Sym(elf._hit(k)[1], dso, ".", FROM_ELF, start=start)
+            syms.append(sy)
+        codes = np.where(ok, at, 0).astype(np.int64)
+        miss = np.flatnonzero(~ok)
+        if len(miss):
+            why = elf.why_missing or "no symbol covers the address"
+            mc, ms = self._each_unresolved(np, rels[miss], dso, why)
+            codes[miss] = mc + len(syms)
+            syms.extend(ms)
+        return codes, syms
+
+    def _each_unresolved(self, np: Any, rels: Any, dso: str, why: str) -> tuple[Any, list[Sym]]:
+        u, inv = unique(np, rels)
+        syms = [self.unresolved(dso, ".", r, why) for r in u.tolist()]
+        return inv, syms
+
+
+def unique(np: Any, a: Any) -> tuple[Any, Any]:
+    """np.unique(a, return_inverse=True) for a 1-d array, without np.unique: numpy 2's
+    imports numpy.ma on first use, which costs a short report more than the sorting."""
+    perm = np.argsort(a, kind="stable")
+    s = a[perm]
+    new = np.empty(len(s), dtype=bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    inv = np.empty(len(s), dtype=np.int64)
+    inv[perm] = np.cumsum(new) - 1
+    return s[new], inv
 
 
 def _retag(name: str, tag: str) -> str:
@@ -627,35 +745,100 @@ def _perf_lines(info: Any, btf_blob: bytes | None) -> list[LineEntry]:
     return out
 
 
+@dataclass
+class ElfFuncs:
+    """Function symbols of a symbol table, sorted by value (table order kept within one).
+
+    size < 0: unsized, ends within -size (its section's end). starts are the distinct
+    values, firsts[i] the index of the first symbol at starts[i] (plus one past the end).
+    """
+
+    values: list[int]
+    sizes: list[int]
+    binds: list[int]
+    names: list[int]  # st_name offsets into strtab
+    strtab: bytes
+    starts: list[int]
+    firsts: list[int]
+
+
+NO_FUNCS = ElfFuncs([], [], [], [], b"", [], [0])
+
+
 class ElfSymbols:
-    """Function symbols of one ELF file, looked up by file-offset-relative address."""
+    """Function symbols of one ELF file, looked up by file-offset-relative address.
 
-    def __init__(self, starts: list[int], ends: list[int], names: list[str], segs: list[Any]):
-        self.starts = starts
-        self.ends = ends
-        self.names = names
+    Names are decoded and the best of several symbols at one address is chosen only
+    when a lookup lands there.
+    """
+
+    def __init__(self, funcs: ElfFuncs, segs: list[Any]):
+        self.funcs = funcs
+        self.strtab = funcs.strtab
         self.segs = segs  # (p_offset, p_filesz, p_vaddr) of PT_LOAD segments
-        self.why_missing = "" if names else "no symbols in the ELF file (stripped)"
+        self.starts = funcs.starts
+        self._firsts = funcs.firsts
+        self._hits: dict[int, tuple[int, str]] = {}  # index in starts -> (end, name)
+        self._starts_np: Any = None
+        self.why_missing = "" if funcs.values else "no symbols in the ELF file (stripped)"
 
-    def lookup(self, rel: int) -> tuple[str, int] | None:
-        vaddr = None
+    def _name(self, off: int) -> str:
+        strtab = self.strtab
+        return strtab[off : strtab.find(b"\0", off)].decode("utf-8", "replace")
+
+    def _hit(self, i: int) -> tuple[int, str]:
+        got = self._hits.get(i)
+        if got is not None:
+            return got
+        f = self.funcs
+        lo, hi = self._firsts[i], self._firsts[i + 1]
+        best = (f.values[lo], f.sizes[lo], f.binds[lo], self._name(f.names[lo]))
+        for k in range(lo + 1, hi):
+            best = _choose_best_elf(
+                best, (f.values[k], f.sizes[k], f.binds[k], self._name(f.names[k]))
+            )
+        a, size, _, name = best
+        starts = self.starts
+        nxt = starts[i + 1] if i + 1 < len(starts) else a + max(abs(size), 1)
+        if size > 0:
+            end = a + size
+        elif size < 0:  # unsized: up to the next symbol, within its section
+            end = min(nxt, a - size)
+        else:
+            end = nxt
+        got = self._hits[i] = (end, name)
+        return got
+
+    def starts_array(self, np: Any) -> Any:
+        if self._starts_np is None:
+            self._starts_np = np.array(self.starts, dtype=np.uint64)
+        return self._starts_np
+
+    def vaddr(self, rel: int) -> int | None:
         for off, size, va in self.segs:
             if off <= rel < off + size:
-                vaddr = rel - off + va
-                break
+                return rel - off + va
+        return None
+
+    def lookup(self, rel: int) -> tuple[str, int] | None:
+        vaddr = self.vaddr(rel)
         if vaddr is None:
             return None
         i = bisect.bisect_right(self.starts, vaddr) - 1
-        if i < 0 or vaddr >= self.ends[i]:
+        if i < 0:
             return None
-        return self.names[i], self.starts[i]
+        end, name = self._hit(i)
+        if vaddr >= end:
+            return None
+        return name, self.starts[i]
 
 
 class ElfCache:
     """ELF symbol tables by path, debug files found by build id like perf does."""
 
-    def __init__(self, root: str = "") -> None:
+    def __init__(self, root: str = "", np: Any = None) -> None:
         self.root = root
+        self.np = np  # numpy, when there, reads the symbol tables
         self.cache: dict[tuple[str, str], ElfSymbols | str] = {}
 
     def get(self, path: str, build_id: str) -> ElfSymbols | str:
@@ -666,107 +849,253 @@ class ElfCache:
         return hit
 
     def _load(self, path: str, build_id: str) -> ElfSymbols | str:
-        return load_elf_symbols(self.root + path, build_id)
+        return load_elf_symbols(self.root + path, build_id, self.np)
 
 
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
-_SYM64 = struct.Struct("<IBBHQQ")  # Elf64_Sym, little-endian
-_SYM64B = struct.Struct(">IBBHQQ")
-_SYM32 = struct.Struct("<IIIBBH")  # Elf32_Sym
-_SYM32B = struct.Struct(">IIIBBH")
 
 
-def load_elf_symbols(path: str, build_id: str = "") -> ElfSymbols | str:
+@functools.cache
+def _elf_structs(is64: bool, little: bool) -> dict[str, struct.Struct]:
+    """struct.Structs of the formats.elf declarations for one ELF class and byte order."""
+    L = elf_layouts(is64, little)
+    return {n: struct_of(getattr(L, n))[0] for n in ("ehdr", "shdr", "phdr", "sym", "nhdr")}
+
+
+class ElfImage:
+    """The headers of an ELF file in memory: sections, PT_LOAD segments, GNU build id.
+
+    Reads only what symbolization needs, with structs derived from formats.elf;
+    bad input raises FormatError.
+    """
+
+    def __init__(self, path: str, data: Any) -> None:
+        self.path = path
+        self.data = data
+        if len(data) < E.IDENT_SIZE or data[:4] != E.MAGIC:
+            raise FormatError(path, 0, "not an ELF file (bad magic)")
+        cls, enc = data[E.EI_CLASS], data[E.EI_DATA]
+        if cls not in (E.ELFCLASS32, E.ELFCLASS64) or enc not in (E.ELFDATA2LSB, E.ELFDATA2MSB):
+            raise FormatError(path, E.EI_CLASS, f"unknown ELF class {cls} / data encoding {enc}")
+        self.is64 = cls == E.ELFCLASS64
+        self.little = enc == E.ELFDATA2LSB
+        st = self.structs = _elf_structs(self.is64, self.little)
+        eh = st["ehdr"]
+        if len(data) < eh.size:
+            raise FormatError(path, len(data), "truncated ELF header")
+        (_, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = (
+            eh.unpack_from(data, 0)
+        )
+        sh = st["shdr"]
+        self.sections: list[tuple[int, ...]] = []
+        if shoff:
+            if shentsize != sh.size:
+                raise FormatError(path, 0, f"section header size {shentsize}, not {sh.size}")
+            first = self._table(sh, shoff, 1, "section header")[0]
+            if shnum == 0:
+                shnum = first[5]  # sh_size of section 0 (gABI extended numbering)
+            self.sections = self._table(sh, shoff, shnum, "section header")
+            if shstrndx == E.SHN_XINDEX:
+                shstrndx = first[6]
+            if phnum == E.PN_XNUM:
+                phnum = first[7]
+        self.shstrtab = b""
+        if 0 < shstrndx < len(self.sections):
+            self.shstrtab = self.section_data(shstrndx)
+        ph = st["phdr"]
+        self.load_segments: list[tuple[int, int, int]] = []
+        if phoff and phnum:
+            if phentsize != ph.size:
+                raise FormatError(path, 0, f"program header size {phentsize}, not {ph.size}")
+            for p in self._table(ph, phoff, phnum, "program header"):
+                if self.is64:
+                    ptype, _, off, vaddr, _, filesz = p[:6]
+                else:
+                    ptype, off, vaddr, _, filesz = p[:5]
+                if ptype == E.PT_LOAD:
+                    self.load_segments.append((off, filesz, vaddr))
+
+    def _table(self, s: struct.Struct, off: int, n: int, what: str) -> list[tuple[int, ...]]:
+        end = off + n * s.size
+        if end > len(self.data):
+            raise FormatError(self.path, off, f"{what} table runs past the end of the file")
+        return list(s.iter_unpack(self.data[off:end]))
+
+    def section_name(self, i: int) -> str:
+        tab = self.shstrtab
+        off = self.sections[i][0]
+        return tab[off : tab.find(b"\0", off)].decode("utf-8", "replace")
+
+    def section_by_name(self, name: str) -> int | None:
+        for i in range(len(self.sections)):
+            if self.section_name(i) == name:
+                return i
+        return None
+
+    def section_data(self, i: int) -> bytes:
+        sec = self.sections[i]
+        if sec[1] == E.SHT_NOBITS:
+            return b""
+        off, size = sec[4], sec[5]
+        if off + size > len(self.data):
+            raise FormatError(self.path, off, f"section {i} runs past the end of the file")
+        return bytes(self.data[off : off + size])
+
+    def build_id(self) -> str:
+        """The NT_GNU_BUILD_ID note as hex ("" when there is none)."""
+        nh = self.structs["nhdr"]
+        for i, sec in enumerate(self.sections):
+            if sec[1] != E.SHT_NOTE:
+                continue
+            data = self.section_data(i)
+            pos = 0
+            while pos + nh.size <= len(data):
+                namesz, descsz, ntype = nh.unpack_from(data, pos)
+                name_at = pos + nh.size
+                desc_at = name_at + (namesz + 3) // 4 * 4
+                if desc_at + descsz > len(data):
+                    raise FormatError(self.path, sec[4] + pos, "note runs past its section")
+                if ntype == E.NT_GNU_BUILD_ID and data[name_at : name_at + namesz] == E.NOTE_GNU:
+                    return data[desc_at : desc_at + descsz].hex()
+                pos = desc_at + (descsz + 3) // 4 * 4
+        return ""
+
+    def functions(self, name: str, np: Any = None) -> ElfFuncs:
+        """Function symbols of the symbol table section `name` (numpy reads big ones)."""
+        i = self.section_by_name(name)
+        if i is None:
+            return NO_FUNCS
+        sec = self.sections[i]
+        if sec[1] == E.SHT_NOBITS or not sec[5]:
+            return NO_FUNCS
+        rec = self.structs["sym"]
+        data = self.section_data(i)
+        if len(data) % rec.size:
+            raise FormatError(self.path, sec[4], f"symbol table size {len(data)} is not whole")
+        link = sec[6]
+        if not 0 < link < len(self.sections):
+            raise FormatError(self.path, sec[4], f"symbol table names section {link}")
+        strtab = self.section_data(link)
+        ends = [h[3] + h[5] for h in self.sections]  # sh_addr + sh_size
+        if np is not None and len(data) >= 64 * rec.size:
+            got = self._functions_np(np, data, ends, strtab)
+            if got is not None:
+                return got
+        nsec = len(ends)
+        if self.is64:
+            rows: Any = rec.iter_unpack(data)
+        else:
+            rows = ((n, i_, o, sh, v, sz) for n, v, sz, i_, o, sh in rec.iter_unpack(data))
+        out = []
+        for name_off, info, _o, shndx, value, size in rows:
+            # elf_sym__is_function: STT_FUNC or STT_GNU_IFUNC, defined, named
+            t = info & 0xF
+            if (t != E.STT_FUNC and t != E.STT_GNU_IFUNC) or shndx == 0 or not name_off:
+                continue
+            if not size and shndx < nsec:
+                # an unsized symbol ends with its section at the latest (_init must not
+                # swallow the .plt stubs after it, which perf names name@plt)
+                size = -(ends[shndx] - value)
+            out.append((value, size, info >> 4, name_off))
+        out.sort(key=_first)
+        starts: list[int] = []
+        firsts: list[int] = []
+        prev = None
+        for k, f in enumerate(out):
+            if f[0] != prev:
+                prev = f[0]
+                starts.append(prev)
+                firsts.append(k)
+        firsts.append(len(out))
+        cols = [list(c) for c in zip(*out, strict=True)] if out else [[], [], [], []]
+        return ElfFuncs(cols[0], cols[1], cols[2], cols[3], strtab, starts, firsts)
+
+    def _functions_np(self, np: Any, data: bytes, ends: list[int], strtab: bytes) -> Any:
+        """functions() with numpy; None when values are too big for int64 arithmetic."""
+        a = np.frombuffer(data, dtype=_np_dtype(np, self.is64, self.little))
+        t = a["st_info"] & 0xF
+        shndx = a["st_shndx"]
+        keep = np.flatnonzero(
+            ((t == E.STT_FUNC) | (t == E.STT_GNU_IFUNC)) & (shndx != 0) & (a["st_name"] != 0)
+        )
+        value = a["st_value"][keep]
+        if len(keep) and int(value.max()) >= 1 << 62:
+            return None
+        value = value.astype(np.int64)
+        if len(keep) and int(a["st_size"][keep].max()) >= 1 << 62:
+            return None
+        size = a["st_size"][keep].astype(np.int64)
+        if len(ends) and max(ends) >= 1 << 62:
+            return None
+        sh = shndx[keep].astype(np.int64)
+        unsized = np.flatnonzero((size == 0) & (sh < len(ends)))
+        if len(unsized):
+            size[unsized] = value[unsized] - np.array(ends, dtype=np.int64)[sh[unsized]]
+        order = np.argsort(value, kind="stable")
+        value, size = value[order], size[order]
+        bind = (a["st_info"][keep][order] >> 4).astype(np.int64)
+        names = a["st_name"][keep][order].astype(np.int64)
+        new = np.ones(len(value), dtype=bool)
+        new[1:] = value[1:] != value[:-1]
+        firsts = np.flatnonzero(new)
+        return ElfFuncs(
+            value.tolist(),
+            size.tolist(),
+            bind.tolist(),
+            names.tolist(),
+            strtab,
+            value[firsts].tolist(),
+            [*firsts.tolist(), len(value)],
+        )
+
+
+@functools.cache
+def _np_dtype(np: Any, is64: bool, little: bool) -> Any:
+    """The numpy record of formats.elf's sym (same fields as its struct_of)."""
+    s, names = struct_of(elf_layouts(is64, little).sym)
+    order = s.format[0]
+    codes = {"B": "u1", "H": "u2", "I": "u4", "L": "u4", "Q": "u8"}
+    return np.dtype([(n, order + codes[c]) for n, c in zip(names, s.format[1:], strict=True)])
+
+
+def _first(x: tuple[int, ...]) -> int:
+    return x[0]
+
+
+def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbols | str:
     """Function symbols of an ELF file (or of its build-id debug file), or why there are none."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
     try:
         f = open(path, "rb")  # noqa: SIM115
     except OSError as e:
         return f"{path}: {e.strerror}"
     with f:
         try:
-            elf = ELFFile(f)
-            own = _elf_build_id(elf)
-            if build_id and own and own != build_id:
-                return f"{path}: build id {own} differs from the recorded {build_id}"
-            segs = [
-                (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
-                for seg in elf.iter_segments()
-                if seg["p_type"] == "PT_LOAD"
-            ]
-            bid = build_id or own
-            syms = None
-            if bid:
-                dbg = f"{DEBUG_ROOT}/{bid[:2]}/{bid[2:]}.debug"
-                if os.path.exists(dbg):
-                    with open(dbg, "rb") as d:
-                        syms = _elf_funcs(ELFFile(d), ".symtab")
-            if not syms:
-                syms = _elf_funcs(elf, ".symtab") or _elf_funcs(elf, ".dynsym")
-        except (ELFError, OSError, ValueError, struct.error) as e:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                elf = ElfImage(path, m)
+                own = elf.build_id()
+                if build_id and own and own != build_id:
+                    return f"{path}: build id {own} differs from the recorded {build_id}"
+                segs = elf.load_segments
+                bid = build_id or own
+                funcs = NO_FUNCS
+                if bid:
+                    dbg = f"{DEBUG_ROOT}/{bid[:2]}/{bid[2:]}.debug"
+                    if os.path.exists(dbg):
+                        funcs = _debug_functions(dbg, np)
+                if not funcs.values:
+                    funcs = elf.functions(".symtab", np)
+                if not funcs.values:
+                    funcs = elf.functions(".dynsym", np)
+        except FormatError as e:
+            return f"{path}: unreadable ELF (offset {e.offset}: {e.what})"
+        except (OSError, ValueError) as e:
             return f"{path}: unreadable ELF ({e})"
-    return _symbols_table(syms or [], segs)
+    return ElfSymbols(funcs, segs)
 
 
-def _elf_build_id(elf: Any) -> str:
-    for sec in elf.iter_sections():
-        if sec["sh_type"] == "SHT_NOTE":
-            for note in sec.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    return str(note["n_desc"])
-    return ""
-
-
-def _elf_funcs(elf: Any, name: str) -> list[tuple[int, int, int, str]]:
-    sec = elf.get_section_by_name(name)
-    if sec is None or sec["sh_type"] == "SHT_NOBITS" or not sec["sh_size"]:
-        return []
-    strtab = elf.get_section(sec["sh_link"]).data()
-    data = sec.data()
-    little = elf.little_endian
-    if elf.elfclass == 64:
-        rec = _SYM64 if little else _SYM64B
-        rows = ((n, i, sh, v, sz) for n, i, _o, sh, v, sz in rec.iter_unpack(data))
-    else:
-        rec = _SYM32 if little else _SYM32B
-        rows = ((n, i, sh, v, sz) for n, v, sz, i, _o, sh in rec.iter_unpack(data))
-    ends = [h["sh_addr"] + h["sh_size"] for h in (elf.get_section(i).header
-            for i in range(elf.num_sections()))]  # fmt: skip
-    out = []
-    for name_off, info, shndx, value, size in rows:
-        # elf_sym__is_function: STT_FUNC or STT_GNU_IFUNC, defined, named
-        if (info & 0xF) not in (2, 10) or shndx == 0 or not name_off:
-            continue
-        end = strtab.find(b"\0", name_off)
-        if not size and shndx < len(ends):
-            # an unsized symbol ends with its section at the latest (_init must not swallow
-            # the .plt stubs after it, which perf names name@plt)
-            size = -(ends[shndx] - value)
-        out.append((value, size, info >> 4, strtab[name_off:end].decode("utf-8", "replace")))
-    return out
-
-
-def _symbols_table(syms: list[tuple[int, int, int, str]], segs: list[Any]) -> ElfSymbols:
-    best: dict[int, tuple[int, int, int, str]] = {}
-    for s in syms:
-        old = best.get(s[0])
-        best[s[0]] = s if old is None else _choose_best_elf(old, s)
-    starts = sorted(best)
-    ends = []
-    names = []
-    for k, a in enumerate(starts):
-        _, size, _, name = best[a]
-        nxt = starts[k + 1] if k + 1 < len(starts) else a + max(abs(size), 1)
-        if size > 0:
-            ends.append(a + size)
-        elif size < 0:  # unsized: up to the next symbol, within its section
-            ends.append(min(nxt, a - size))
-        else:
-            ends.append(nxt)
-        names.append(name)
-    return ElfSymbols(starts, ends, names, segs)
+def _debug_functions(path: str, np: Any) -> ElfFuncs:
+    with open(path, "rb") as d, mmap.mmap(d.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return ElfImage(path, m).functions(".symtab", np)
 
 
 def _choose_best_elf(a: tuple[int, int, int, str], b: tuple[int, int, int, str]) -> Any:

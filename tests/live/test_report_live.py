@@ -245,3 +245,48 @@ def test_numpy_accelerator_matches_the_pure_python_reader(pins: str, tmp_path: o
             out.append(render_stdio(an, None, 0.0) + render_json(an, None) + render_folded(an))
         assert out[0] == out[1]
     assert "_burn_mix" in out[0]
+
+
+def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
+    """--sort func,srcline names each BPF line with its text from BTF: the text must be
+    that line of bpf/demo.bpf.c, from the side file and from perf.data alike."""
+    import json
+
+    from livekit import BPF, bpfsym_run, record_demo
+
+    out = os.path.join(str(tmp_path), "demo.data")
+    record_demo(out, "-e", "cpu-clock", "-F", "4999", "-a")  # type: ignore[arg-type]
+    with open(BPF / "demo.bpf.c") as f:
+        source = f.read().splitlines()
+    for extra in ([], ["--no-side"]):
+        r = bpfsym_run(
+            "report", "-i", out, *extra, "--sort", "func,srcline", "--bpf-only", "--json"
+        )
+        assert r.returncode == 0, r.stderr
+        rows = [
+            row
+            for row in json.loads(r.stdout)["events"][0]["rows"]
+            if row["srcline"].startswith("demo.bpf.c:")
+        ]
+        assert rows, extra
+        for row in rows:
+            line = int(row["srcline"].split(":")[1])
+            assert row["source"] == " ".join(source[line - 1].split()), row
+
+
+def test_kallsyms_read_beside_equals_reading_it_here(pins: str, tmp_path: object) -> None:
+    """HostKallsyms (a child process reads /proc/kallsyms up to the BPF part) gives what
+    read_host_kallsyms gives; with a BPF program loaded the [bpf] lines are cut off."""
+    from bpfsym.symbolize import HostKallsyms, read_host_kallsyms
+
+    text = HostKallsyms().text()
+    assert text == read_host_kallsyms()
+    assert "\t[bpf]" not in text and len(text.splitlines()) > 10000
+    with open("/proc/kallsyms") as f:
+        assert "\t[bpf]" in f.read()  # pins holds a program: there was something to cut
+    other = os.path.join(str(tmp_path), "ksyms.txt")
+    with open(other, "w") as f:
+        f.write("ffffffff81000000 T _stext\nffffffffc0000000 t bpf_prog_1_x\t[bpf]\n")
+    assert HostKallsyms(other).text() == "ffffffff81000000 T _stext\n"
+    with pytest.raises(FileNotFoundError):
+        HostKallsyms(os.path.join(str(tmp_path), "missing")).text()

@@ -140,6 +140,30 @@ def test_sort_prog_func_srcline_uses_perfs_line_info_and_btf() -> None:
         assert row["prog"].endswith(("_xdp_spin", "_xdp_burn"))
 
 
+def test_srcline_shows_the_source_text_from_btf() -> None:
+    """Each BPF srcline carries the text of that line of the C source (from BTF line
+    info, whitespace collapsed): checked against the fixture's own .c files."""
+    doc = json.loads(report("bpf.data", "--json", "--bpf-only", "--sort", "func,srcline"))
+    rows = doc["events"][0]["rows"]
+    assert rows
+    for row in rows:
+        file, line = row["srcline"].split(":")
+        with open(os.path.join(FIX, file)) as f:
+            want = f.read().splitlines()[int(line) - 1]
+        assert row["source"] and row["source"] == " ".join(want.split())
+    text = report("bpf.data", "--bpf-only", "--sort", "func,srcline")
+    for row in rows:
+        cell = f"{row['srcline']}  {row['source']}"
+        assert re.search(rf"\s{re.escape(row['func'])}\s+{re.escape(cell)}$", text, re.M), cell
+
+
+def test_srcline_outside_bpf_has_no_source() -> None:
+    doc = json.loads(report("bpf.data", "--json", "--sort", "dso,srcline"))
+    rows = doc["events"][0]["rows"]
+    other = [r for r in rows if r["dso"] != "[bpf]"]
+    assert other and all(r["srcline"] == "??:0" and r["source"] == "" for r in other)
+
+
 def test_json_and_folded_agree_with_the_samples() -> None:
     doc = json.loads(report("bpf.data", "--json"))
     ev = doc["events"][0]
