@@ -1,6 +1,6 @@
 """Annotate the hottest BPF program of a big recording: seconds beyond parsing.
 
-    python3 bench/annotate_speed.py [--data FILE] [--seconds 18] [--freq 20000]
+    python3 bench/annotate_speed.py [--data FILE] [--seconds 25] [--freq 20000]
 
 Without --data it records the demo workload system-wide with bpfsym record
 (>= 500k samples at the defaults on 2 CPUs). It times, on the same file:
@@ -53,7 +53,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--data", type=Path, help="existing perf.data (with its .bpfsym side file)")
-    ap.add_argument("--seconds", type=float, default=18)
+    ap.add_argument("--seconds", type=float, default=25)
     ap.add_argument("--freq", type=int, default=20000)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
