@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import resource
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def _listen(ring: sideband.Ring, sock: socket.socket, rt: bool) -> None:
     poller.register(sock.fileno(), select.POLLIN)  # any byte or EOF: stop
     stopping = False
     while True:
-        events = poller.poll()
+        # once stopping, drain without blocking: the ring may never wake us again
+        events = poller.poll(0 if stopping else None)
         if not stopping and any(fd == sock.fileno() for fd, _ in events):
             stopping = True
             poller.unregister(sock.fileno())
@@ -194,6 +196,7 @@ class PinnerClient:
             pass_fds=[s.fileno() for s in theirs],
             env=env,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own group: stop() can end the launcher's children too
         )
         for s in theirs:
             s.close()
@@ -262,7 +265,7 @@ class PinnerClient:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         for t in self.threads:
             t.join(timeout)

@@ -188,11 +188,27 @@ def test_demo_keeps_every_function_busy(loader: Path, tmp_path: Path) -> None:
     data = tmp_path / "perf.data"
     run(
         "perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", data, "--",
-        loader, "run", DEMO, "xdp_demo", "--repeat", "40000",
+        loader, "run", DEMO, "xdp_demo", "--seconds", "1",
     )  # fmt: skip
-    report = run("perf", "report", "-i", data, "--stdio", "--sort", "sym", "-q").stdout
-    sampled = set(re.findall(r"bpf_prog_[0-9a-f]{16}_(\w+)", report))
-    assert set(DEMO_FUNCS["xdp_demo"]) <= sampled
+    # Count raw sample addresses inside each function's KSYMBOL range, not perf report's
+    # names: a per-task perf never sees the unregister of programs freed from a kworker,
+    # keeps their stale symbols, and then shows sub-programs loaded over them as raw
+    # addresses (docs/kernel-notes.md).
+    script = run("perf", "script", "-i", data, "-F", "ip", "--show-bpf-events").stdout
+    ranges = {}
+    ips = []
+    for line in script.splitlines():
+        m = re.search(
+            r"PERF_RECORD_KSYMBOL addr (\w+) len (\d+) type 1 flags 0x0 name bpf_prog_[0-9a-f]{16}_(\w+)",
+            line,
+        )
+        if m:
+            ranges[m.group(3)] = (int(m.group(1), 16), int(m.group(2)))
+        elif re.fullmatch(r"\s*[0-9a-f]+", line):
+            ips.append(int(line, 16))
+    for name in DEMO_FUNCS["xdp_demo"]:
+        start, size = ranges[name]
+        assert sum(start <= ip < start + size for ip in ips) > 10, name
 
 
 def test_churn_loads_and_unloads(loader: Path) -> None:
