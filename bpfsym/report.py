@@ -1188,16 +1188,7 @@ class _BulkAggregator(_Aggregator):
             raise NotBulk("too many stacks")
         key = (key * len(self.chain_list) + chain_of)[at]
         period = period[at]
-        inv, nst = _dense(np, key)
-        counts = np.bincount(inv, minlength=nst).tolist()
-        if int(period.sum()) < 1 << 53:  # float sums of integers stay exact
-            sums = [int(x) for x in np.bincount(inv, weights=period.astype(np.float64)).tolist()]
-        else:
-            perm = np.argsort(inv, kind="stable")
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            sums = np.add.reduceat(period[perm], starts).tolist()
-        first = np.full(nst, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, inv, at)
+        nst, counts, sums, first = _group_totals(np, key, period, at)
         ev_l = ev[first].tolist()
         chain_l = chain_of[first].tolist()
         comm_l = comm_of[first].tolist() if comm_of is not None else None
@@ -1468,16 +1459,7 @@ class _BulkAggregator(_Aggregator):
             key, period, at = key[keep], period[keep], keep
         if not len(key):
             return
-        inv, nrows = _dense(np, key)
-        counts = np.bincount(inv, minlength=nrows).tolist()
-        if int(period.sum()) < 1 << 53:  # float sums of integers stay exact
-            sums = [int(x) for x in np.bincount(inv, weights=period.astype(np.float64)).tolist()]
-        else:
-            perm = np.argsort(inv, kind="stable")
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            sums = np.add.reduceat(period[perm], starts).tolist()
-        first = np.full(nrows, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, inv, at)
+        nrows, counts, sums, first = _group_totals(np, key, period, at)
         ev_l = ev[first].tolist()
         sym_l = sym_of[first].tolist()
         comm_l = comm_of[first].tolist() if comm_of is not None else None
@@ -1545,6 +1527,21 @@ def _bpf_times(sym: Symbolizer) -> list[int]:
     """Every load and unload time of the BPF functions known now, sorted."""
     funcs = (*sym.bpf_side.funcs, *sym.bpf_perf.funcs)
     return sorted({x for f in funcs for x in (f.load, f.unload) if x is not None})
+
+
+def _group_totals(np: Any, key: Any, period: Any, at: Any) -> tuple[int, list[int], list[int], Any]:
+    """Rows by key: (number of rows, samples per row, period per row, first sample index)."""
+    inv, nrows = _dense(np, key)
+    counts = np.bincount(inv, minlength=nrows).tolist()
+    if int(period.sum()) < 1 << 53:  # float sums of integers stay exact
+        sums = [int(x) for x in np.bincount(inv, weights=period.astype(np.float64)).tolist()]
+    else:
+        perm = np.argsort(inv, kind="stable")
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        sums = np.add.reduceat(period[perm], starts).tolist()
+    first = np.full(nrows, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, inv, at)
+    return nrows, counts, sums, first
 
 
 def _dense(np: Any, key: Any) -> tuple[Any, int]:
