@@ -200,14 +200,8 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path):
 
 def test_without_privilege_names_the_capability(tmp_path):
     os.chmod(tmp_path, 0o777)
-    r = subprocess.run(
-        ["setpriv", "--bounding-set=-all", "--inh-caps=-all",
-         *_record_argv(tmp_path / "np"), "--", "true"],
-        env=_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "CAP_" in lines[0], r.stderr
+    r = _record_without("-all", tmp_path / "np", "--", "true")
+    _one_error_line(r, "CAP_")
 
 
 def test_lost_records_are_counted_and_programs_recovered(tmp_path):
@@ -279,11 +273,9 @@ def test_side_band_times_are_right_while_perf_listens_too(tmp_path):
 
 def test_without_realtime_scheduling_warns_and_still_captures(tmp_path):
     # root without CAP_SYS_NICE may not use SCHED_FIFO: one warning per CPU, capture goes on
-    r = subprocess.run(
-        ["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-all",
-         *_record_argv(tmp_path / "rt"), "--", str(ensure_loader()), "churn", str(CHURN),
-         "--count", "20", "--rate", "50"],
-        env=_env(), capture_output=True, text=True, timeout=300,
+    r = _record_without(
+        "-sys_nice", tmp_path / "rt", "--",
+        str(ensure_loader()), "churn", str(CHURN), "--count", "20", "--rate", "50",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "SCHED_FIFO not allowed" in r.stderr
@@ -306,12 +298,20 @@ def test_clockid_option_applies_to_side_band_times(tmp_path):
 
 
 def test_stats_without_capability_is_one_line(tmp_path):
-    r = subprocess.run(
-        ["setpriv", "--bounding-set=-sys_admin,-bpf,-perfmon", "--inh-caps=-all",
-         *_record_argv(tmp_path / "ns"), "--stats", "--", "true"],
-        env=_env(), capture_output=True, text=True, timeout=120,
+    r = _record_without("-sys_admin,-bpf,-perfmon", tmp_path / "ns", "--stats", "--", "true")
+    _one_error_line(r, "CAP_SYS_ADMIN")
+    assert not (tmp_path / "ns.bpfsym").exists()  # refused before anything was written
+
+
+def _record_without(caps: str, out, *args: str) -> subprocess.CompletedProcess[str]:
+    """`bpfsym record --no-perf -o OUT ARGS` as root with the capabilities CAPS dropped."""
+    return subprocess.run(
+        ["setpriv", f"--bounding-set={caps}", "--inh-caps=-all", *_record_argv(out), *args],
+        env=_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def _one_error_line(r: subprocess.CompletedProcess[str], text: str) -> None:
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "CAP_SYS_ADMIN" in lines[0], r.stderr
-    assert not (tmp_path / "ns.bpfsym").exists()  # refused before anything was written
+    assert len(lines) == 1 and text in lines[0], r.stderr
