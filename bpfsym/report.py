@@ -337,6 +337,7 @@ def _numpy() -> Any:
 def _analysis(
     pd: PerfData, a: _Aggregator, keys: list[str], callchains: bool, bpf_only: bool
 ) -> Analysis:
+    a.sym.demangle()  # before anything renders a name
     origins: dict[str, int] = {}
     unresolved: dict[str, int] = {}
     for st in a.events.values():

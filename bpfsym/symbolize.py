@@ -14,6 +14,7 @@ import functools
 import mmap
 import os
 import struct
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -347,6 +348,25 @@ class HostKallsyms:
         self._thread.join()
 
 
+def demangle(names: set[str]) -> dict[str, str]:
+    """mangled -> demangled C++ names, in one `c++filt -p` run (binutils; perf prints
+    the same text through libiberty). {} where c++filt cannot run: names stay mangled."""
+    order = sorted(names)
+    if not order:
+        return {}
+    try:
+        out = subprocess.run(
+            ["c++filt", "-p"], input="\n".join(order) + "\n", capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    lines = out.stdout.splitlines()
+    if out.returncode != 0 or len(lines) != len(order):
+        return {}
+    return dict(zip(order, lines, strict=True))
+
+
 @dataclass
 class MapEntry:
     start: int
@@ -551,6 +571,13 @@ class Symbolizer:
     def thread_comm(self, tid: int) -> str:
         c = self.comms.get(tid)
         return c if c is not None else f":{tid}"
+
+    def demangle(self) -> None:
+        """Name C++ user-space symbols as perf does (demangled, without parameters)."""
+        mangled = [s for s in self._unres.values() if s.kind == "." and s.name.startswith("_Z")]
+        table = demangle({s.name for s in mangled})
+        for s in mangled:
+            s.name = table.get(s.name, s.name)
 
     def unresolved(self, dso: str, kind: str, ip: int, reason: str) -> Sym:
         key = (dso, kind, ip, reason)
