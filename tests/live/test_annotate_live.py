@@ -14,23 +14,12 @@ from typing import Any
 import pytest
 
 from bpfsym import annotate, bpfinsn
+from bpfsym.capture import fetch_program as fetch
 from bpfsym.formats import bpfinsn as fmt
-from bpfsym.live.progs import fd_by_id, fetch_blobs
-from bpfsym.model import Program
-from bpfsym.proginfo import program_from_blobs
 from bpfsym.store import parse_kallsyms
 
 OBJ = Path(__file__).resolve().parents[1] / "fixtures" / "annotate" / "insns.bpf.o"
 ARCH = os.uname().machine
-
-
-def fetch(prog_id: int) -> Program:
-    fd = fd_by_id(prog_id)
-    try:
-        blobs = fetch_blobs(fd)
-    finally:
-        os.close(fd)
-    return program_from_blobs(prog_id, blobs.blobs, origin="snapshot", load_time=None)
 
 
 def bpftool(*args: str) -> str:
