@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from perftext import event_counts, sections
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures", "perfdata")
@@ -80,27 +81,6 @@ def bpfsym(*args: str) -> str:
     )
     assert r.returncode == 0, r.stderr
     return r.stdout
-
-
-def sections(text: str) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    cur: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"# Samples: \S+\s+of event '([^']+)'", line)
-        if m:
-            cur = out.setdefault(m.group(1), {})
-            continue
-        m = re.match(r"\s+([\d.]+)%\s+(\[.\] \S.*?)\s*$", line)
-        if m:
-            cur[m.group(2)] = cur.get(m.group(2), 0.0) + float(m.group(1))
-    return out
-
-
-def event_counts(text: str) -> dict[str, int]:
-    return {
-        ev: int(n)
-        for ev, n in re.findall(r"of event '([^']+)'\n# Event count \(approx\.\): (\d+)", text)
-    }
 
 
 def perf_renames(path: str, ksyms: dict[int, str]) -> dict[str, str]:

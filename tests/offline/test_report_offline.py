@@ -19,6 +19,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from perftext import event_counts, sections
 
 from bpfsym.formats.errors import FormatError
 from bpfsym.report import analyze, render_stdio
@@ -37,28 +38,6 @@ def report(name: str, *args: str) -> str:
     r = bpfsym("report", "-i", os.path.join(FIX, name), "--no-side", *args)
     assert r.returncode == 0, r.stderr
     return r.stdout
-
-
-def sections(text: str) -> dict[str, dict[str, float]]:
-    """perf-style --sort sym output -> {event: {symbol: percent}} (symbols summed)."""
-    out: dict[str, dict[str, float]] = {}
-    cur: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"# Samples: \S+\s+of event '([^']+)'", line)
-        if m:
-            cur = out.setdefault(m.group(1), {})
-            continue
-        m = re.match(r"\s+([\d.]+)%\s+(\[.\] \S.*?)\s*$", line)
-        if m:
-            cur[m.group(2)] = cur.get(m.group(2), 0.0) + float(m.group(1))
-    return out
-
-
-def event_counts(text: str) -> dict[str, int]:
-    return {
-        ev: int(n)
-        for ev, n in re.findall(r"of event '([^']+)'\n# Event count \(approx\.\): (\d+)", text)
-    }
 
 
 def kallsyms_names(name: str) -> dict[int, str]:

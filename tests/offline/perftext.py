@@ -1,0 +1,27 @@
+"""Reading `perf report --stdio` style text (perf's own and bpfsym's) in tests."""
+
+from __future__ import annotations
+
+import re
+
+
+def sections(text: str) -> dict[str, dict[str, float]]:
+    """perf-style --sort sym output -> {event: {symbol: percent}} (symbols summed)."""
+    out: dict[str, dict[str, float]] = {}
+    cur: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"# Samples: \S+\s+of event '([^']+)'", line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+            continue
+        m = re.match(r"\s+([\d.]+)%\s+(\[.\] \S.*?)\s*$", line)
+        if m:
+            cur[m.group(2)] = cur.get(m.group(2), 0.0) + float(m.group(1))
+    return out
+
+
+def event_counts(text: str) -> dict[str, int]:
+    return {
+        ev: int(n)
+        for ev, n in re.findall(r"of event '([^']+)'\n# Event count \(approx\.\): (\d+)", text)
+    }
