@@ -1,3 +1,3 @@
-from bpfsym.cli import main
+from bpfsym.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -9,10 +9,10 @@ import os
 import platform
 import socket
 
+from bpfsym.hostsyms import host_boot_id
 from bpfsym.live import progs
 from bpfsym.model import ORIGIN_SNAPSHOT, Program
 from bpfsym.proginfo import program_from_blobs
-from bpfsym.store import host_boot_id
 
 # sysctl -> (value that hides something, what it hides)
 SYSCTLS = {

@@ -789,6 +789,17 @@ class BulkData:
         self.u64 = np.frombuffer(buf, dtype=e + "u8", count=n, offset=off)
         self.u32 = np.frombuffer(buf, dtype=e + "u4", count=2 * n, offset=off)
         self.u16 = np.frombuffer(buf, dtype=e + "u2", count=4 * n, offset=off)
+        self._heads: dict[int, Any] = {}
+
+    def heads(self, words: int) -> Any:
+        """A read-only (records, words) view: row i is the words from word i on, so that
+        rows[starts] gathers each record's first words in one go."""
+        got = self._heads.get(words)
+        if got is None:
+            got = self._heads[words] = self.np.lib.stride_tricks.sliding_window_view(
+                self.u64, words
+            )
+        return got
 
     def windows(self, window: int = 32 << 20) -> Iterator[Any]:
         """Yield, per stretch of about window bytes, the word index of each record (int64)."""

@@ -25,9 +25,10 @@ from bpfsym import __version__, capture, perfopts
 from bpfsym.cli import UsageError
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
+from bpfsym.hostsyms import kernel_kallsyms
 from bpfsym.live import pinner as lpin
 from bpfsym.live import progs, sideband
-from bpfsym.store import SideFileWriter, kernel_kallsyms
+from bpfsym.store import SideFileWriter
 
 EPILOG = """bpfsym options (all others before '--' go to perf record unchanged):
   --no-perf           do not run perf: capture BPF programs only (side file <output>.bpfsym)

@@ -14,6 +14,8 @@ import functools
 import gc
 import json
 import os
+import pickle
+import signal
 import struct
 import sys
 from collections.abc import Iterator
@@ -24,18 +26,16 @@ from .formats import perf as K
 from .formats import perfdata as F
 from .formats import struct_of as formats_struct_of
 from .formats.errors import FormatError
+from .hostsyms import HostKallsyms, host_boot_id, read_host_kallsyms, take_reader
 from .perfdata import EventAttr, NotBulk, PerfData, field_offsets, fixed_head
-from .store import host_boot_id
 from .symbolize import (
     FROM_KALLSYMS_HOST,
     FROM_KALLSYMS_SIDE,
     UNRESOLVED,
-    HostKallsyms,
     KernelSymbols,
     SourceLine,
     Sym,
     Symbolizer,
-    read_host_kallsyms,
     unique,
 )
 
@@ -59,6 +59,9 @@ HEADINGS = {
     "srcline": "Source:Line",
 }
 PROGRESS_MIN_BYTES = 64 << 20
+BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
+PARALLEL_MIN_BYTES = 48 << 20  # below this a second reading process costs what it saves
+FIRST_SHARE = 0.4  # of the windows, read by the first of two processes (it also merges)
 GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
 
 
@@ -245,11 +248,13 @@ def analyze(
     kallsyms: str | None = None,
     stream: Any = None,
     accelerate: bool | None = None,
+    parallel: bool | None = None,
 ) -> Analysis:
     """Stream a perf.data file and aggregate its samples by the sort keys.
 
     accelerate: use numpy for the bulk of the samples (None: when it is installed);
-    the result is the same either way.
+    parallel: with numpy, share the samples between two processes (None: for large
+    files when a second CPU is there). The result is the same either way.
     """
     keys = keys or ["comm", "dso", "sym"]
     cap = None
@@ -257,14 +262,18 @@ def analyze(
         from .store import read_capture
 
         cap = read_capture(side)
-    host = None
+    host = take_reader()  # started by the command line while it imported this module
     if not kallsyms and (cap is None or not cap.kallsyms) and sys.platform == "linux":
-        host = HostKallsyms()  # read while numpy loads; most reports here need it
+        if host is None:
+            host = HostKallsyms()  # read while numpy loads; most reports here need it
+    elif host is not None:
+        host = None  # not needed after all: its thread finishes on its own
     try:
         with gc_paused():
             return _analyze(
-                path, cap, keys, callchains, bpf_only, kallsyms, stream, accelerate, host
-            )
+                path, cap, keys, callchains, bpf_only, kallsyms, stream, accelerate, host,
+                parallel,
+            )  # fmt: skip
     finally:
         if host is not None:
             host.close()
@@ -295,6 +304,7 @@ def _analyze(
     stream: Any,
     accelerate: bool | None,
     host: HostKallsyms | None,
+    parallel: bool | None = None,
 ) -> Analysis:
     np = _numpy() if accelerate is not False else None
     if np is not None and stream is None:
@@ -304,7 +314,7 @@ def _analyze(
             if bulk is not None:
                 try:
                     a: _Aggregator = _BulkAggregator(
-                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk, host
+                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk, host, parallel
                     )
                     a.run()
                     an = _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
@@ -730,6 +740,7 @@ class _BulkAggregator(_Aggregator):
         np: Any,
         bulk: Any,
         host: HostKallsyms | None = None,
+        parallel: bool | None = None,
     ) -> None:
         attrs = pd.attrs
         ev0 = attrs[0] if attrs else None
@@ -742,10 +753,13 @@ class _BulkAggregator(_Aggregator):
             raise NotBulk("samples of this file need the record-by-record reader")
         super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
         self.bulk = bulk
+        self.parallel = parallel
+        self.sym.set_header(pd.header.bpf_progs, pd.header.btfs, pd.header.build_ids)
         self.ev0 = ev0
         offs = field_offsets(pd.L.sample_prefix(ev0.sample_type))
         self.prefix_size = ev0.prefix.size
         self.pos = offs
+        self.sample_layout = self._sample_layout()
         self.pending: dict[str, Any] | None = None
         self.pending_sb: list[tuple] = []
         self.limits: list[int] = [0]
@@ -767,24 +781,173 @@ class _BulkAggregator(_Aggregator):
 
     # ---- reading -----------------------------------------------------------
 
+    def _prepare(self) -> None:
+        sym = self.sym  # the header went in at __init__
+        sym.kernel, sym.kernel_note = _kernel_symbols(
+            self.pd, self.cap, self.kallsyms, self.np, self.host
+        )
+        self.ready = True
+
     def run(self) -> None:
-        pd, b = self.pd, self.bulk
-        progress = _Progress(pd)
-        windows = b.windows()
-        offs = next(windows, None)
-        while offs is not None:
-            following = next(windows, None)
-            self._window(offs, last=following is None)
-            progress.tick(b.base + 8 * int(offs[-1]))
-            offs = following
-        if self.pending is not None or self.pending_sb:
-            self._window(None, last=True)
-        self.nrec = self.seq
+        halves = self._halves()
+        if halves is None:
+            self._part(BULK_WINDOW, None, False)
+        else:
+            self._run_split(*halves)
         if not self.ready:
             self._prepare()
+
+    def _halves(self) -> tuple[int, int] | None:
+        """(window size, windows in the first half) when two processes should share the
+        samples: a large file and a second CPU; None to read it in one."""
+        size = self.bulk.nwords * 8
+        if self.parallel is None:
+            try:
+                cpus = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                cpus = os.cpu_count() or 1
+            if size < PARALLEL_MIN_BYTES or cpus < 2:
+                return None
+        elif not self.parallel or size < 16:
+            return None
+        # the first part also waits for kernel symbols and merges: it gets the smaller share
+        n = max(-(-size // BULK_WINDOW), 5)
+        k = max(round(n * FIRST_SHARE), 1)
+        return max(-(-size // (8 * n)) * 8, 8), k
+
+    def _part(self, window: int, k: int | None, second: bool) -> None:
+        """Read the records in windows of about window bytes and deliver the samples of
+        every window (k None), of the first k (second False) or of the rest (second True).
+
+        Every part applies the side-band records in the same order as a single pass
+        would, so each sample it keeps meets the state it would have met there; the
+        first part stops once its last samples have gone out."""
+        pd, b = self.pd, self.bulk
+        progress = _Progress(pd, 1 if k is None else 2)
+        progress.on = progress.on and not second  # one bar: the first part's
+        windows = b.windows(window)
+        idx = 0
+        while True:
+            if k is not None and not second and idx >= k and self.pending is None:
+                return  # the rest of the file only concerns the other part
+            offs = next(windows, None)
+            if offs is None:
+                break
+            mine = k is None or (idx >= k) == second
+            end = int(offs[-1])
+            last = end + int(b.u16[4 * end + 3]) // 8 >= b.nwords
+            self._window(offs, last, mine)
+            if mine:
+                progress.tick(8 * (end - (b.nwords // 2 if second else 0)))
+            idx += 1
+        if self.pending is not None or self.pending_sb:
+            self._window(None, True, True)
+        self.nrec = self.seq
         progress.done()
 
-    def _window(self, offs: Any, last: bool) -> None:
+    def _run_split(self, window: int, k: int) -> None:
+        """The first half of the samples here, the second in a forked child whose
+        aggregates come back through a pipe (pickled) and are merged."""
+        rfd, wfd = os.pipe()
+        krfd, kwfd = os.pipe()  # the host's kallsyms text, read once, for both
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            os.close(kwfd)
+            if self.host is not None:
+                self.host = HostKallsyms(self.host.path, krfd)  # the reader stayed behind
+            else:
+                os.close(krfd)
+            try:
+                try:
+                    self._part(window, k, True)
+                    payload = pickle.dumps(("ok", self._portable()), pickle.HIGHEST_PROTOCOL)
+                except BaseException as e:  # noqa: BLE001 - told to the parent, which decides
+                    payload = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
+                with os.fdopen(wfd, "wb") as w:
+                    w.write(payload)
+            finally:
+                os._exit(0)
+        os.close(wfd)
+        os.close(krfd)
+        if self.host is not None:
+            self.host.forward(kwfd)
+        else:
+            os.close(kwfd)
+        reader = os.fdopen(rfd, "rb")
+        try:
+            self._part(window, k, False)
+            got = reader.read()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            raise
+        finally:
+            reader.close()
+            os.waitpid(pid, 0)
+        try:
+            status, body = pickle.loads(got)
+        except Exception:  # noqa: BLE001 - the child died before it could say
+            raise NotBulk("the second reading process failed") from None
+        if status != "ok":
+            raise NotBulk(f"the second reading process failed: {body}")
+        self._merge(body)
+
+    def _portable(self) -> tuple:
+        """What the parent needs of this part: per event (first-sample order) its counts,
+        rows and stacks, plus the totals; symbols travel as pickled Sym objects."""
+        events = [(e, st.samples, st.period, st.rows, st.stacks) for e, st in self.events.items()]
+        return events, self.total, self.lost, self.seq, self.sym.side_used
+
+    def _merge(self, body: tuple) -> None:
+        """Add the other part's aggregates, its symbols made these when they are alike."""
+        events, total, lost, seq, side_used = body
+        same: dict[tuple, Sym] = {}
+        for st in self.events.values():
+            for key in st.rows:
+                for x in key:
+                    if type(x) is Sym:
+                        same.setdefault(_sym_identity(x), x)
+            for _head, chain in st.stacks:
+                for x in chain:
+                    same.setdefault(_sym_identity(x), x)
+
+        def mine(x: Sym) -> Sym:
+            got = same.get(_sym_identity(x))
+            if got is None:
+                got = same[_sym_identity(x)] = x
+                self.sym.adopt(x)
+            return got
+
+        for e, samples, period, rows, stacks in events:
+            got = self.events.get(e)
+            if got is None:
+                got = self.events[e] = EventStats(self.pd.attrs[e])
+            st = got
+            st.samples += samples
+            st.period += period
+            for key, (p, n) in rows.items():
+                key = tuple(mine(x) if type(x) is Sym else x for x in key)
+                r = st.rows.get(key)
+                if r is None:
+                    st.rows[key] = [p, n]
+                else:
+                    r[0] += p
+                    r[1] += n
+            for (head, chain), (p, n) in stacks.items():
+                sk = (head, tuple(mine(x) for x in chain))
+                r = st.stacks.get(sk)
+                if r is None:
+                    st.stacks[sk] = [p, n]
+                else:
+                    r[0] += p
+                    r[1] += n
+        self.total += total
+        self.lost += lost
+        self.nrec = max(self.seq, seq)
+        self.sym.side_used = self.sym.side_used or side_used
+
+    def _window(self, offs: Any, last: bool, samples: bool) -> None:
         np, b, pd = self.np, self.bulk, self.pd
         if offs is None:
             offs = np.zeros(0, dtype=np.int64)
@@ -796,11 +959,15 @@ class _BulkAggregator(_Aggregator):
         is_sample = types == K.RECORD_SAMPLE
         other = np.flatnonzero(~is_sample)
         t_all = np.zeros(n, dtype=np.uint64)
-        # -- samples
+        # -- samples (of another part: only their times, which set the round limits)
         sidx = np.flatnonzero(is_sample)
-        smp = self._samples(offs[sidx], seqs[sidx])
-        if smp is not None:
-            t_all[sidx] = smp["t"]
+        if samples:
+            smp = self._samples(offs[sidx], seqs[sidx])
+            if smp is not None:
+                t_all[sidx] = smp["t"]
+        else:
+            smp = None
+            t_all[sidx] = b.u64[offs[sidx] + 1 + self.pos["time"] // 8]
         # -- everything else, in file order
         sb_new: list[tuple] = []
         fr_at: list[int] = []
@@ -817,10 +984,10 @@ class _BulkAggregator(_Aggregator):
             elif rtype == F.RECORD_FINISHED_ROUND:
                 fr_at.append(i)
             elif rtype == K.RECORD_LOST:
-                if size >= 24:
+                if size >= 24 and samples:  # losses go with the part that has the samples
                     self.lost += self.u64.unpack_from(b.buf, start + 16)[0]
             elif rtype == K.RECORD_LOST_SAMPLES:
-                if size >= 16:
+                if size >= 16 and samples:
                     self.lost += self.u64.unpack_from(b.buf, start + 8)[0]
             elif rtype == F.RECORD_ID_INDEX:
                 pd._id_index(b.buf, start, size, start)
@@ -873,49 +1040,79 @@ class _BulkAggregator(_Aggregator):
                 self.pending_sb.append(x)
         sb_now.sort()
         if now is not None and len(now["t"]) or sb_now:
-            if not self.ready:
-                self._prepare()
+            if not self.ready and now is not None and len(now["t"]):
+                self._prepare()  # kernel symbols: side-band records do without them
             self._deliver_bulk(now, sb_now)
+
+    def _sample_layout(self) -> tuple[Any, int]:
+        """The fixed head of every sample (header, prefix fields, callchain length) as a
+        numpy record type over whole words, and its length in words."""
+        np, pd = self.np, self.pd
+        e = "<" if pd.little else ">"
+        pos = self.pos
+        fields: list[tuple[str, str, int]] = [("misc", "u2", 4), ("size", "u2", 6)]
+        for name, kind in (("ip", "u8"), ("pid", "u4"), ("tid", "u4"), ("time", "u8"),
+                           ("cpu", "u4"), ("period", "u8")):  # fmt: skip
+            if name in pos:
+                fields.append((name, kind, 8 + pos[name]))
+        if len(pd.attrs) > 1 and pd.sample_id_pos is not None:
+            fields.append(("id", "u8", 8 + pd.sample_id_pos))
+        end = 8 + self.prefix_size
+        if self.ev0.sample_type & K.SAMPLE_CALLCHAIN:
+            nr_pos = 8 + self.prefix_size + (self.ev0.read_size or 0)
+            fields.append(("nr", "u8", nr_pos))
+            end = nr_pos + 8
+        words = -(-end // 8)
+        dtype = np.dtype(
+            {
+                "names": [f[0] for f in fields],
+                "formats": [e + f[1] for f in fields],
+                "offsets": [f[2] for f in fields],
+                "itemsize": 8 * words,
+            }
+        )
+        return dtype, words
 
     def _samples(self, so: Any, seqs: Any) -> dict[str, Any] | None:
         """Fields of the samples starting at words so, as arrays."""
-        np, b, pd = self.np, self.bulk, self.pd
+        np, b = self.np, self.bulk
         if not len(so):
             return None
-        u16, u32, u64 = b.u16, b.u32, b.u64
-        size = u16[4 * so + 3].astype(np.int64)
-        if bool((size < 8 + self.prefix_size).any()):
+        dtype, words = self.sample_layout
+        size = b.u16[4 * so + 3].astype(np.int64)
+        if bool((size < 8 * words).any()):
             raise NotBulk("sample shorter than its sample_type")
-        body = so + 1
-        pos = self.pos
+        # each sample's head words in one gather (rows of consecutive words), then
+        # read as records: one pass over the samples' memory instead of one per field
+        rec = b.heads(words)[so].view(dtype)[:, 0]
         out: dict[str, Any] = {
             "off": so,
             "seq": seqs,
-            "misc": u16[4 * so + 2],
-            "ip": u64[body + pos["ip"] // 8],
-            "pid": u32[2 * body + pos["pid"] // 4],
-            "tid": u32[2 * body + pos["tid"] // 4],
-            "t": u64[body + pos["time"] // 8],
+            "misc": rec["misc"],
+            "ip": rec["ip"],
+            "pid": rec["pid"],
+            "tid": rec["tid"],
+            "t": rec["time"],
         }
-        if "cpu" in pos:
-            out["cpu"] = u32[2 * body + pos["cpu"] // 4].astype(np.int64)
+        if "cpu" in self.pos:
+            out["cpu"] = rec["cpu"].astype(np.int64)
         else:
             out["cpu"] = np.full(len(so), -1, dtype=np.int64)
-        if len(self.pd.attrs) == 1 or pd.sample_id_pos is None:
+        if "id" not in dtype.names:
             ev = np.zeros(len(so), dtype=np.int64)
         else:
-            ids = u64[body + pd.sample_id_pos // 8]
+            ids = rec["id"]
             at = np.searchsorted(self.id_keys, ids)
             at = np.minimum(at, len(self.id_keys) - 1)
             ev = np.where(self.id_keys[at] == ids, self.id_attrs[at], 0)
         out["ev"] = ev
-        if "period" in pos:
-            out["period"] = u64[body + pos["period"] // 8]
+        if "period" in self.pos:
+            out["period"] = rec["period"]
         else:
             out["period"] = np.array(self.fixed_periods, dtype=np.uint64)[ev]
-        if self.ev0.sample_type & K.SAMPLE_CALLCHAIN:
-            nr_at = body + (self.prefix_size + (self.ev0.read_size or 0)) // 8
-            nr = u64[nr_at]
+        if "nr" in dtype.names:
+            nr_at = so + (words - 1)
+            nr = rec["nr"]
             room = (so + size // 8 - nr_at - 1).astype(np.uint64)
             if bool((nr > room).any()):
                 raise NotBulk("callchain runs past its sample")
@@ -978,6 +1175,9 @@ class _BulkAggregator(_Aggregator):
             np.minimum.at(u_first, u_state, u_sel)
             u_pid = smp["pid"][u_first].tolist()
             u_maps: list[tuple] = [()] * nus
+        plain = self._plain_kernel(sbs, mode_g, smp["ip"][g_first])
+        if plain is not None:
+            g_rep[plain[0]] = big  # resolved already: out of the pass below
         probes = [(g_rep, 0)]
         if user_bulk:
             probes.append((u_rep, 2))
@@ -1080,6 +1280,8 @@ class _BulkAggregator(_Aggregator):
                 self._apply(x[3], x[4], x[5])
         del first_l
         g_sym_a = np.array(g_sym, dtype=np.int64)
+        if plain is not None:
+            g_sym_a[plain[0]] = plain[1]
         if user_bulk:
             g_user = np.flatnonzero(mode_g == F.MISC_USER)
             state_of = np.zeros(n, dtype=np.int64)
@@ -1095,6 +1297,40 @@ class _BulkAggregator(_Aggregator):
             for mem, cids in h_timed:
                 chain_of[mem] = cids
             self._stacks(smp, sym_of, chain_of, c_inv, c_comm)
+
+    def _plain_kernel(self, sbs: list[tuple], mode_g: Any, ip_g: Any) -> tuple[Any, Any] | None:
+        """Kernel groups whose symbol is the kallsyms one whatever the side-band records
+        of this delivery do (no BPF function or out-of-line code ever covers their
+        address), resolved in one lookup: (group indexes, symbol ids)."""
+        np, sym = self.np, self.sym
+        ks = sym.kernel
+        if ks is None or not len(ks):
+            return None
+        kern = np.flatnonzero(mode_g == F.MISC_KERNEL)
+        if not len(kern):
+            return None
+        ips = ip_g[kern]
+        lo, hi = sym.bpf_envelope()
+        ool = [(a, a + max(n, 1)) for a, (n, _) in sym.ool.items()]
+        for x in sbs:
+            if x[3] == K.RECORD_KSYMBOL:
+                addr, length, ktype = x[4][0], x[4][1], x[4][2]
+                if ktype == K.KSYMBOL_TYPE_BPF:
+                    lo, hi = min(lo, addr), max(hi, addr + max(length, 1))
+                else:
+                    ool.append((addr, addr + max(length, 1)))
+        slow = np.zeros(len(ips), dtype=bool)
+        if hi > lo:
+            slow |= (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
+        for a, e in ool:
+            slow |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+        idx = np.searchsorted(ks.addr_array(np), ips, side="right").astype(np.int64) - 1
+        ok = np.flatnonzero(~slow & (idx >= 0))
+        if not len(ok):
+            return None
+        u, inv = unique(np, idx[ok])
+        ids = np.array([self._sym_id(sym.kernel_sym(i)) for i in u.tolist()], dtype=np.int64)
+        return kern[ok], ids[inv]
 
     def _chain_id(self, chain: tuple[Sym, ...]) -> int:
         i = self.chain_ids.get(chain)
@@ -1584,6 +1820,13 @@ class _Members:
         return self.perm[self.starts[g] : self.starts[g + 1]]
 
 
+def _sym_identity(s: Sym) -> tuple:
+    """What makes two Sym objects (from two reading processes) the same symbol."""
+    f = s.bpf
+    fn = None if f is None else (f.name, f.addr, f.size, f.load, f.unload)
+    return (s.name, s.dso, s.kind, s.origin, s.reason, s.start, fn)
+
+
 def _concat(np: Any, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {k: np.concatenate([a[k], b[k]]) for k in b}
 
@@ -1591,8 +1834,8 @@ def _concat(np: Any, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 class _Progress:
     """A progress bar on stderr, only on a TTY and only for large files."""
 
-    def __init__(self, pd: PerfData) -> None:
-        self.size = pd.file_size or 0
+    def __init__(self, pd: PerfData, parts: int = 1) -> None:
+        self.size = (pd.file_size or 0) // parts  # each part shows its share
         self.on = self.size >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
         self.next = 0
         self.step = max(self.size // 100, 1)

@@ -20,16 +20,15 @@ from construct import ConstructError
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.formats.errors import FormatError
+from bpfsym.hostsyms import parse_kallsyms
 from bpfsym.model import (
     ORIGIN_SIDEBAND,
     Capture,
     CaptureHeader,
     Function,
-    KernelSymbol,
     Program,
     StatsSample,
 )
-from bpfsym.proginfo import program_from_blobs
 
 COMPRESS_MIN = 512  # payloads at least this big are stored zlib-compressed
 
@@ -94,47 +93,6 @@ def iter_frames(path: str, data: bytes | mmap.mmap) -> Any:
         yield off, head.type, payload
         off = start + head.length
     return ""
-
-
-def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
-    """A kallsyms file up to its first BPF symbol. The [bpf] part comes last and reads in
-    time quadratic in its size (1.46 s with 12k BPF symbols); BPF symbols come from
-    bpf_prog_info and side-band records instead."""
-    out = []
-    tail = b""
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(1 << 20):
-            chunk = tail + chunk
-            cut = chunk.find(b"\t[bpf]")
-            if cut >= 0:
-                out.append(chunk[: chunk.rfind(b"\n", 0, cut) + 1])
-                return b"".join(out)
-            end = chunk.rfind(b"\n") + 1  # keep a partial line for the next chunk
-            out.append(chunk[:end])
-            tail = chunk[end:]
-    out.append(tail)
-    return b"".join(out)
-
-
-def host_boot_id() -> str:
-    """This machine's boot id ("" where unknown): tells whether its kallsyms still apply."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def parse_kallsyms(text: str) -> list[KernelSymbol]:
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        mod = parts[3].strip("[]") if len(parts) > 3 else ""
-        out.append(KernelSymbol(int(parts[0], 16), parts[1], parts[2], mod))
-    out.sort(key=lambda s: s.addr)
-    return out
 
 
 class _Timeline:
@@ -243,6 +201,8 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
     cap.lost = timeline.lost
     little = header.byteorder == "little"
     seen: set[int] = set()
+    from bpfsym.proginfo import program_from_blobs  # here: BTF decoding is a heavy import
+
     for off, rec in prog_recs:
         try:
             prog = program_from_blobs(

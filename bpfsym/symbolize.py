@@ -15,7 +15,6 @@ import mmap
 import os
 import struct
 import subprocess
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,6 @@ from .formats import struct_of
 from .formats.elf import elf_layouts
 from .formats.errors import FormatError
 from .model import Capture, KernelSymbol, LineEntry
-from .store import kernel_kallsyms
 
 # where a symbol came from (the report header counts these)
 FROM_SIDE = "side file"
@@ -159,12 +157,16 @@ class BpfTimeline:
         self._max_size = 0
         self._dirty = False
         self.by_addr: dict[int, list[BpfFunc]] = {}
+        self._lo = 1 << 64  # [lo, hi): what any function ever covered
+        self._hi = 0
 
     def add(self, fn: BpfFunc) -> None:
         fn.sym = Sym(fn.name, "[bpf]", "k", fn.origin, bpf=fn, start=fn.addr)
         self.funcs.append(fn)
         self.by_addr.setdefault(fn.addr, []).append(fn)
         self._max_size = max(self._max_size, fn.size)
+        self._lo = min(self._lo, fn.addr)
+        self._hi = max(self._hi, fn.addr + max(fn.size, 1))
         self._dirty = True
 
     def rename(self, fn: BpfFunc, name: str) -> None:
@@ -178,6 +180,8 @@ class BpfTimeline:
                 return
 
     def candidates(self, ip: int) -> list[BpfFunc]:
+        if not self._lo <= ip < self._hi:
+            return []
         if self._dirty:
             self._sorted = sorted(self.funcs, key=lambda f: f.addr)
             self._starts = [f.addr for f in self._sorted]
@@ -244,7 +248,8 @@ class KernelSymbols:
             return False
         if not text.endswith("\n"):
             text += "\n"
-        buf = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        raw = text.encode("ascii")
+        buf = np.frombuffer(raw, dtype=np.uint8)
         ends = np.flatnonzero(buf == 10)
         starts = np.concatenate(([0], ends[:-1] + 1))
         width = text.find(" ")
@@ -265,16 +270,20 @@ class KernelSymbols:
             addr = (addr << np.uint64(4)) | d
         wanted = np.zeros(256, dtype=bool)
         wanted[list(KALLSYMS_TYPES_B)] = True
-        if "\t[bpf]" in text:
-            return False  # read_host_kallsyms cut those: this is other text
+        # lines ending "\t[bpf]": read_host_kallsyms cut those, so this is other text
+        tail = ends[ends >= 6]
+        bpf = tail[(buf[tail - 5] == ord("[")) & (buf[tail - 4] == ord("b"))]
+        if any(raw[e - 6 : e] == b"\t[bpf]" for e in bpf.tolist()):
+            return False
         keep = np.flatnonzero(wanted[buf[starts + width + 1]] & (addr != 0))
         order = keep[np.argsort(addr[keep], kind="stable")]
         a = addr[order]
         last = np.ones(len(a), dtype=bool)  # of one address, the last line (see _build)
         last[:-1] = a[1:] != a[:-1]
         order = order[last]
-        self.addrs = addr[order].tolist()
-        self._line = (text, starts[order].tolist(), ends[order].tolist())
+        self._addr_np = addr[order]
+        self.addrs = self._addr_np.tolist()
+        self._line = (text, starts[order], ends[order])
         self._made: dict[int, KernelSymbol] = {}
         return True
 
@@ -300,7 +309,7 @@ class KernelSymbols:
         s = self._made.get(i)
         if s is None:
             text, starts, ends = self._line
-            parts = text[starts[i] : ends[i]].split(None, 3)
+            parts = text[int(starts[i]) : int(ends[i])].split(None, 3)
             mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
             s = self._made[i] = KernelSymbol(self.addrs[i], parts[1], parts[2], mod)
         return s
@@ -312,40 +321,21 @@ class KernelSymbols:
         i = bisect.bisect_right(self.addrs, ip) - 1
         if i < 0:
             return None
+        return self.at(i)
+
+    def addr_array(self, np: Any) -> Any:
+        """The symbols' start addresses as a numpy uint64 array (for bulk lookups)."""
+        got = getattr(self, "_addr_np", None)
+        if got is None:
+            got = self._addr_np = np.array(self.addrs, dtype=np.uint64)
+        return got
+
+    def index(self, ip: int) -> int:
+        """The index of the symbol covering ip (see at), -1 below the first one."""
+        return bisect.bisect_right(self.addrs, ip) - 1
+
+    def at(self, i: int) -> KernelSymbol:
         return self._sym(i) if self._line is not None else self._syms[i]
-
-
-def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
-    """The kernel part of a kallsyms file (up to the first [bpf] line: those come last)."""
-    return kernel_kallsyms(path).decode("utf-8", "replace")
-
-
-class HostKallsyms:
-    """read_host_kallsyms() on a thread while this one goes on: reading /proc/kallsyms is
-    kernel time (about 50 ms for the kernel part), during which the GIL is free."""
-
-    def __init__(self, path: str = "/proc/kallsyms") -> None:
-        self.path = path
-        self._text: str | None = None
-        self._error: OSError | None = None
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            self._text = read_host_kallsyms(self.path)
-        except OSError as e:
-            self._error = e
-
-    def text(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._text is not None
-        return self._text
-
-    def close(self) -> None:
-        self._thread.join()
 
 
 def demangle(names: set[str]) -> dict[str, str]:
@@ -404,6 +394,7 @@ class Symbolizer:
         self.build_ids: dict[str, str] = {}
         self.elf = ElfCache(elf_root)
         self.ool: dict[int, tuple[int, str]] = {}
+        self._ksyms: dict[int, Sym] = {}  # kallsyms index -> its Sym
         self._unres: dict[Any, Sym] = {}
         self._by_file: dict[tuple[str, str, int], Sym] = {}
         self.pending_ksyms: list[BpfFunc] = []
@@ -579,6 +570,10 @@ class Symbolizer:
         for s in mangled:
             s.name = table.get(s.name, s.name)
 
+    def adopt(self, s: Sym) -> None:
+        """A symbol resolved by another reading process: demangled with these."""
+        self._unres[("adopted", id(s))] = s
+
     def unresolved(self, dso: str, kind: str, ip: int, reason: str) -> Sym:
         key = (dso, kind, ip, reason)
         s = self._unres.get(key)
@@ -629,11 +624,25 @@ class Symbolizer:
                 return Sym(name, "[kernel.kallsyms]", "k", FROM_PERF, start=addr)
         if self.kernel is None:
             return self.unresolved("[kernel.kallsyms]", "k", ip, self.kernel_note)
-        ks = self.kernel.lookup(ip)
-        if ks is None:
+        i = self.kernel.index(ip)
+        if i < 0:
             return self.unresolved("[kernel.kallsyms]", "k", ip, "below the first kernel symbol")
-        dso = f"[{ks.module}]" if ks.module else "[kernel.kallsyms]"
-        return Sym(ks.name, dso, "k", self.kernel.origin, start=ks.addr)
+        return self.kernel_sym(i)
+
+    def kernel_sym(self, i: int) -> Sym:
+        """The Sym of kallsyms symbol i: one per symbol, however many addresses land in it."""
+        s = self._ksyms.get(i)
+        if s is None:
+            assert self.kernel is not None
+            ks = self.kernel.at(i)
+            dso = f"[{ks.module}]" if ks.module else "[kernel.kallsyms]"
+            s = self._ksyms[i] = Sym(ks.name, dso, "k", self.kernel.origin, start=ks.addr)
+        return s
+
+    def bpf_envelope(self) -> tuple[int, int]:
+        """[lo, hi) around every BPF function ever known (lo >= hi: none)."""
+        a, b = self.bpf_side, self.bpf_perf
+        return min(a._lo, b._lo), max(a._hi, b._hi)
 
     def resolve_user(self, pid: int, ip: int) -> Sym:
         cache = self.ucache.get(pid)

@@ -7,9 +7,33 @@ layout is still written down once.
 
 from __future__ import annotations
 
+import importlib
 import struct
+import sys
+import types
+from typing import Any
 
-from construct import (
+
+class _LazyPdb(types.ModuleType):
+    """Stands in for pdb until something uses it: construct imports pdb for its Debugger,
+    which bpfsym never uses, and pdb costs 15 ms of every start-up."""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get("pdb") is self:
+            del sys.modules["pdb"]
+        return getattr(importlib.import_module("pdb"), name)
+
+
+def _lazy_pdb() -> None:
+    if "pdb" not in sys.modules:
+        stub = _LazyPdb("pdb")
+        stub.__spec__ = None  # so `import pdb` does not look inside
+        sys.modules["pdb"] = stub
+
+
+_lazy_pdb()
+
+from construct import (  # noqa: E402 - after _lazy_pdb
     Adapter,
     Aligned,
     Bytes,
@@ -21,7 +45,7 @@ from construct import (
     Struct,
 )
 
-from .errors import FormatError
+from .errors import FormatError  # noqa: E402
 
 __all__ = ["FormatError", "struct_of"]
 

@@ -16,7 +16,7 @@ import pytest
 from bpfsym import annotate, bpfinsn
 from bpfsym.capture import fetch_program as fetch
 from bpfsym.formats import bpfinsn as fmt
-from bpfsym.store import parse_kallsyms
+from bpfsym.hostsyms import parse_kallsyms
 
 OBJ = Path(__file__).resolve().parents[1] / "fixtures" / "annotate" / "insns.bpf.o"
 ARCH = os.uname().machine

@@ -208,7 +208,8 @@ def test_side_file_names_and_kallsyms_file(pins: str, tmp_path: object) -> None:
 
 def test_numpy_accelerator_matches_the_pure_python_reader(pins: str, tmp_path: object) -> None:
     # a system-wide -g recording has MMAP/COMM/FORK records interleaved with samples and a
-    # BPF program loaded and unloaded in between: both readers must place them alike
+    # BPF program loaded and unloaded in between: both readers must place them alike, and
+    # so must two processes sharing the samples (the parallel reading of large files)
     from bpfsym.report import analyze, render_folded, render_json, render_stdio
 
     data = os.path.join(str(tmp_path), "n.data")
@@ -219,11 +220,11 @@ def test_numpy_accelerator_matches_the_pure_python_reader(pins: str, tmp_path: o
     )
     for keys in (["comm", "dso", "sym"], ["pid", "cpu", "prog", "srcline"]):
         out = []
-        for fast in (True, False):
-            an = analyze(data, None, keys, True, False, accelerate=fast)
+        for fast, parallel in ((True, False), (False, False), (True, True)):
+            an = analyze(data, None, keys, True, False, accelerate=fast, parallel=parallel)
             assert an.accelerated == fast
             out.append(render_stdio(an, None, 0.0) + render_json(an, None) + render_folded(an))
-        assert out[0] == out[1]
+        assert out[0] == out[1] == out[2]
     assert "_burn_mix" in out[0]
 
 
@@ -257,7 +258,7 @@ def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
 def test_kallsyms_read_beside_equals_reading_it_here(pins: str, tmp_path: object) -> None:
     """HostKallsyms (a child process reads /proc/kallsyms up to the BPF part) gives what
     read_host_kallsyms gives; with a BPF program loaded the [bpf] lines are cut off."""
-    from bpfsym.symbolize import HostKallsyms, read_host_kallsyms
+    from bpfsym.hostsyms import HostKallsyms, read_host_kallsyms
 
     text = HostKallsyms().text()
     assert text == read_host_kallsyms()

@@ -24,8 +24,10 @@ FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
 EMPTY = os.devnull  # an empty kallsyms file: the same (no) kernel symbols on any host
 
 
-def rendered(path: str, keys: list[str], graph: bool, bpf_only: bool, fast: bool) -> str:
-    an = analyze(path, None, keys, graph, bpf_only, EMPTY, None, accelerate=fast)
+def rendered(
+    path: str, keys: list[str], graph: bool, bpf_only: bool, fast: bool, parallel: bool = False
+) -> str:
+    an = analyze(path, None, keys, graph, bpf_only, EMPTY, None, fast, parallel)
     assert an.accelerated == fast
     out = render_stdio(an, None, 0.0) + render_json(an, None)
     return out + (render_folded(an) if graph else "")
@@ -50,6 +52,24 @@ def test_numpy_and_pure_python_reports_are_identical(
     fast = rendered(path, keys, graph, bpf_only, True)
     assert fast == rendered(path, keys, graph, bpf_only, False)
     assert "# Samples:" in fast
+    # two processes, each with part of the samples (the file cut in five windows)
+    assert rendered(path, keys, graph, bpf_only, True, parallel=True) == fast
+
+
+def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bpfsym import report
+
+    def broken(self: object) -> tuple:
+        raise RuntimeError("child went wrong")  # only the forked child calls this
+
+    monkeypatch.setattr(report._BulkAggregator, "_portable", broken)
+    path = os.path.join(FIX, "bpf.data")
+    an = analyze(path, None, None, True, False, EMPTY, None, True, True)
+    assert not an.accelerated  # the record-by-record reader did it instead
+    want = analyze(path, None, None, True, False, EMPTY, None, False)
+    assert render_stdio(an, None, 0.0) == render_stdio(want, None, 0.0)
 
 
 def test_bulk_walk_finds_every_record() -> None:

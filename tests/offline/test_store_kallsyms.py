@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bpfsym.store import kernel_kallsyms, parse_kallsyms
+from bpfsym.hostsyms import kernel_kallsyms, parse_kallsyms
 
 
 def _kallsyms(n_kernel: int, n_bpf: int) -> tuple[bytes, bytes]:
