@@ -4,31 +4,14 @@
 from __future__ import annotations
 
 import contextlib
-import functools
+import errno
 import os
-import threading
+import subprocess
+import sys
 
+from . import _kread
+from ._kread import kernel_kallsyms
 from .model import KernelSymbol
-
-
-def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
-    """A kallsyms file up to its first BPF symbol. The [bpf] part comes last and reads in
-    time quadratic in its size (1.46 s with 12k BPF symbols); BPF symbols come from
-    bpf_prog_info and side-band records instead."""
-    out = []
-    tail = b""
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(1 << 20):
-            chunk = tail + chunk
-            cut = chunk.find(b"\t[bpf]")
-            if cut >= 0:
-                out.append(chunk[: chunk.rfind(b"\n", 0, cut) + 1])
-                return b"".join(out)
-            end = chunk.rfind(b"\n") + 1  # keep a partial line for the next chunk
-            out.append(chunk[:end])
-            tail = chunk[end:]
-    out.append(tail)
-    return b"".join(out)
 
 
 def host_boot_id() -> str:
@@ -58,65 +41,61 @@ def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
 
 
 class HostKallsyms:
-    """read_host_kallsyms() on a thread while this one goes on: reading /proc/kallsyms is
-    kernel time (about 50 ms for the kernel part), during which the GIL is free.
+    """read_host_kallsyms() done beside: a child process (_kread.py) writes the text into
+    an anonymous file while this one goes on; text() waits for it. inherit() gives a
+    forked process the same text without the kernel making it twice."""
 
-    With fd, the text comes instead from another HostKallsyms's forward(fd) (a pipe): a
-    second reading process gets the same text without the kernel making it twice."""
-
-    def __init__(self, path: str = "/proc/kallsyms", fd: int | None = None) -> None:
+    def __init__(self, path: str = "/proc/kallsyms") -> None:
         self.path = path
-        self._raw: bytes | None = None
         self._text: str | None = None
-        self._error: OSError | None = None
-        target = self._read if fd is None else functools.partial(self._receive, fd)
-        self._thread = threading.Thread(target=target, daemon=True)
-        self._thread.start()
-        self._sender: threading.Thread | None = None
-
-    def _read(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._file = os.memfd_create("bpfsym-kallsyms", os.MFD_CLOEXEC)
+        self._done, done_w = os.pipe()  # end of file on _done: the reader has exited
         try:
-            self._raw = kernel_kallsyms(self.path)
-        except OSError as e:
-            self._error = e
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", _kread.__file__, path],
+                stdin=subprocess.DEVNULL, stdout=self._file, pass_fds=(done_w,),
+            )  # fmt: skip
+        except OSError:
+            self._proc = None  # no interpreter to start: text() reads it here
+        finally:
+            os.close(done_w)
 
-    def _receive(self, fd: int) -> None:
-        with os.fdopen(fd, "rb") as f:
-            got = f.read()
-        if got[:1] == b"+":
-            self._raw = got[1:]
-        else:
-            self._error = OSError(int(got[1:] or 0), os.strerror(int(got[1:] or 0)))
-
-    def forward(self, fd: int) -> None:
-        """Write the text, once read, to fd (then closed) for a HostKallsyms(fd=...)."""
-
-        def send() -> None:
-            self._thread.join()
-            err = self._error.errno if self._error is not None else None
-            with contextlib.suppress(OSError), os.fdopen(fd, "wb") as f:
-                if self._raw is not None:
-                    f.write(b"+")
-                    f.write(self._raw)  # the receiver gone: EPIPE, nothing to do
-                else:
-                    f.write(b"-%d" % (err or 0))
-
-        self._sender = threading.Thread(target=send, daemon=True)
-        self._sender.start()
+    def inherit(self) -> HostKallsyms:
+        """For a process forked from this one: the same reading, waited for there."""
+        other = HostKallsyms.__new__(HostKallsyms)
+        other.path, other._text, other._proc = self.path, self._text, None
+        other._file, other._done = self._file, self._done
+        return other
 
     def text(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
         if self._text is None:
-            assert self._raw is not None
-            self._text = self._raw.decode("utf-8", "replace")
+            self._text = self._get().decode("utf-8", "replace")
         return self._text
 
+    def _get(self) -> bytes:
+        os.read(self._done, 1)  # blocks (without the GIL) until the reader exits
+        if self._proc is not None:
+            self._proc.wait()
+        size = os.fstat(self._file).st_size
+        got = os.pread(self._file, size, 0) if size else b""
+        if got.endswith(b"\0OK"):
+            return got[:-3]
+        cut = got.rfind(b"\0ERR")
+        if cut >= 0 and got[cut + 4 :].isdigit():
+            code = int(got[cut + 4 :])
+            raise OSError(code, os.strerror(code), self.path)
+        if not got and self._proc is None:
+            return kernel_kallsyms(self.path)  # the reader never started
+        raise OSError(errno.EIO, "the kallsyms reader process failed", self.path)
+
     def close(self) -> None:
-        self._thread.join()
-        if self._sender is not None:
-            self._sender.join()
+        if self._proc is not None:
+            self._proc.wait()
+        for fd in (self._file, self._done):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._file = self._done = -1
 
 
 _early: HostKallsyms | None = None

@@ -801,12 +801,17 @@ class BulkData:
             )
         return got
 
-    def windows(self, window: int = 32 << 20) -> Iterator[Any]:
-        """Yield, per stretch of about window bytes, the word index of each record (int64)."""
+    def windows(self, window: int | list[int] = 32 << 20) -> Iterator[Any]:
+        """Yield, per stretch of about window bytes, the word index of each record (int64).
+
+        window may be a list: the size of each stretch in turn, the last one repeated."""
+        sizes = window if isinstance(window, list) else [window]
         n = self.nwords
         pos = 0
-        step = max(window // 8, 1)
+        j = 0
         while pos < n:
+            step = max(sizes[min(j, len(sizes) - 1)] // 8, 1)
+            j += 1
             hi = min(n, pos + step)
             offs = self._chain(pos, hi)
             if offs is None:

@@ -61,7 +61,8 @@ HEADINGS = {
 PROGRESS_MIN_BYTES = 64 << 20
 BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
 PARALLEL_MIN_BYTES = 48 << 20  # below this a second reading process costs what it saves
-FIRST_SHARE = 0.4  # of the windows, read by the first of two processes (it also merges)
+FIRST_SHARE = 0.5  # of the file, read by the first of two processes
+TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
 
 
@@ -797,9 +798,10 @@ class _BulkAggregator(_Aggregator):
         if not self.ready:
             self._prepare()
 
-    def _halves(self) -> tuple[int, int] | None:
-        """(window size, windows in the first half) when two processes should share the
-        samples: a large file and a second CPU; None to read it in one."""
+    def _halves(self) -> tuple[list[int], list[int], int] | None:
+        """When two processes should share the samples (a large file and a second CPU):
+        the window sizes of the first and of the second process, and how many windows
+        make the first one's share (the same in both lists); None to read it in one."""
         size = self.bulk.nwords * 8
         if self.parallel is None:
             try:
@@ -810,12 +812,14 @@ class _BulkAggregator(_Aggregator):
                 return None
         elif not self.parallel or size < 16:
             return None
-        # the first part also waits for kernel symbols and merges: it gets the smaller share
-        n = max(-(-size // BULK_WINDOW), 5)
-        k = max(round(n * FIRST_SHARE), 1)
-        return max(-(-size // (8 * n)) * 8, 8), k
+        first = max(int(size * FIRST_SHARE) // 8 * 8, 8)
+        k = -(-first // BULK_WINDOW)
+        m = max(-(-(size - first) // BULK_WINDOW), 1)
+        share = [max(-(-first // (8 * k)) * 8, 8)] * k
+        # past its share, the first process only waits for its last samples' round
+        return share + [TAIL_WINDOW], share + [max(-(-(size - first) // (8 * m)) * 8, 8)], k
 
-    def _part(self, window: int, k: int | None, second: bool) -> None:
+    def _part(self, window: int | list[int], k: int | None, second: bool) -> None:
         """Read the records in windows of about window bytes and deliver the samples of
         every window (k None), of the first k (second False) or of the rest (second True).
 
@@ -823,7 +827,8 @@ class _BulkAggregator(_Aggregator):
         would, so each sample it keeps meets the state it would have met there; the
         first part stops once its last samples have gone out."""
         pd, b = self.pd, self.bulk
-        progress = _Progress(pd, 1 if k is None else 2)
+        share = sum(window[:k]) if isinstance(window, list) and k else None
+        progress = _Progress(pd, share)
         progress.on = progress.on and not second  # one bar: the first part's
         windows = b.windows(window)
         idx = 0
@@ -838,29 +843,25 @@ class _BulkAggregator(_Aggregator):
             last = end + int(b.u16[4 * end + 3]) // 8 >= b.nwords
             self._window(offs, last, mine)
             if mine:
-                progress.tick(8 * (end - (b.nwords // 2 if second else 0)))
+                progress.tick(8 * end)
             idx += 1
         if self.pending is not None or self.pending_sb:
             self._window(None, True, True)
         self.nrec = self.seq
         progress.done()
 
-    def _run_split(self, window: int, k: int) -> None:
+    def _run_split(self, first: list[int], second: list[int], k: int) -> None:
         """The first half of the samples here, the second in a forked child whose
         aggregates come back through a pipe (pickled) and are merged."""
         rfd, wfd = os.pipe()
-        krfd, kwfd = os.pipe()  # the host's kallsyms text, read once, for both
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
-            os.close(kwfd)
             if self.host is not None:
-                self.host = HostKallsyms(self.host.path, krfd)  # the reader stayed behind
-            else:
-                os.close(krfd)
+                self.host = self.host.inherit()  # the text read once, for both
             try:
                 try:
-                    self._part(window, k, True)
+                    self._part(second, k, True)
                     payload = pickle.dumps(("ok", self._portable()), pickle.HIGHEST_PROTOCOL)
                 except BaseException as e:  # noqa: BLE001 - told to the parent, which decides
                     payload = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
@@ -869,14 +870,9 @@ class _BulkAggregator(_Aggregator):
             finally:
                 os._exit(0)
         os.close(wfd)
-        os.close(krfd)
-        if self.host is not None:
-            self.host.forward(kwfd)
-        else:
-            os.close(kwfd)
         reader = os.fdopen(rfd, "rb")
         try:
-            self._part(window, k, False)
+            self._part(first, k, False)
             got = reader.read()
         except BaseException:
             with contextlib.suppress(OSError):
@@ -1834,8 +1830,8 @@ def _concat(np: Any, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 class _Progress:
     """A progress bar on stderr, only on a TTY and only for large files."""
 
-    def __init__(self, pd: PerfData, parts: int = 1) -> None:
-        self.size = (pd.file_size or 0) // parts  # each part shows its share
+    def __init__(self, pd: PerfData, size: int | None = None) -> None:
+        self.size = pd.file_size or 0 if size is None else size  # or a part's share
         self.on = self.size >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
         self.next = 0
         self.step = max(self.size // 100, 1)

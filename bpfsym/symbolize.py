@@ -69,6 +69,16 @@ class Sym:
         self.bpf = bpf
         self.start = start
 
+    def __reduce__(self) -> tuple:
+        # by constructor arguments: pickling by slots took three times as long (report's
+        # second process sends its symbols back); bpf as state, made after this Sym, as
+        # its function refers back to it
+        args = (self.name, self.dso, self.kind, self.origin, self.reason, None, self.start)
+        return Sym, args, self.bpf
+
+    def __setstate__(self, bpf: BpfFunc | None) -> None:
+        self.bpf = bpf
+
     @property
     def prog(self) -> str:
         """The program's name (its main function's kallsyms name); "" outside BPF."""

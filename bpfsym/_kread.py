@@ -1,0 +1,46 @@
+"""The kernel part of a kallsyms file, as a function and as a script.
+
+Run as a script (``python -I -S _kread.py PATH``, stdout a file) it writes that text and
+then b"\\0OK", or b"\\0ERR<errno>" when PATH cannot be read. /proc/kallsyms comes 4 KB per
+read call, and a thread of a busy Python process waits for the GIL after each one: a
+process of its own reads it in a third of the time. No imports beyond os and sys.
+"""
+
+import os
+import sys
+
+
+def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
+    """A kallsyms file up to its first BPF symbol. The [bpf] part comes last and reads in
+    time quadratic in its size (1.46 s with 12k BPF symbols); BPF symbols come from
+    bpf_prog_info and side-band records instead."""
+    out = bytearray()
+    chunk = bytearray(1 << 20)  # reused: /proc/kallsyms gives about 4 KB per call
+    view = memoryview(chunk)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while n := os.readv(fd, [view]):
+            start = max(len(out) - 6, 0)
+            out += view[:n]
+            cut = out.find(b"\t[bpf]", start)
+            if cut >= 0:
+                del out[out.rfind(b"\n", 0, cut) + 1 :]
+                break
+    finally:
+        os.close(fd)
+    return bytes(out)
+
+
+def main(path: str) -> int:
+    try:
+        out = kernel_kallsyms(path) + b"\0OK"
+    except OSError as e:
+        out = b"\0ERR%d" % (e.errno or 5)
+    view = memoryview(out)
+    while view:
+        view = view[os.write(1, view) :]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
