@@ -1019,8 +1019,13 @@ class _BulkAggregator(_Aggregator):
                 go = np.ones(len(k), dtype=bool)
             else:
                 go = k < final
+            cut = int(np.argmin(go)) if len(go) else 0  # the first that waits
             if bool(go.all()):
                 now, self.pending = smp, None
+            elif not bool(go[cut:].any()):
+                # the usual case: those that wait all come last, so slices (no copies)
+                now = {name: v[:cut] for name, v in smp.items()}
+                self.pending = {name: v[cut:] for name, v in smp.items()}
             else:
                 now = {name: v[go] for name, v in smp.items()}
                 self.pending = {name: v[~go] for name, v in smp.items()}
