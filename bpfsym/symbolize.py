@@ -576,9 +576,12 @@ class Symbolizer:
     def demangle(self) -> None:
         """Name C++ user-space symbols as perf does (demangled, without parameters)."""
         mangled = [s for s in self._unres.values() if s.kind == "." and s.name.startswith("_Z")]
-        table = demangle({s.name for s in mangled})
+        # perf demangles a PLT symbol's name before it adds "@plt"
+        bare = {s.name: s.name[:-4] if s.name.endswith("@plt") else s.name for s in mangled}
+        table = demangle(set(bare.values()))
         for s in mangled:
-            s.name = table.get(s.name, s.name)
+            b = bare[s.name]
+            s.name = table.get(b, b) + s.name[len(b) :]
 
     def adopt(self, s: Sym) -> None:
         """A symbol resolved by another reading process: demangled with these."""
@@ -680,7 +683,7 @@ class Symbolizer:
 
     def _user_in(self, m: MapEntry, rel: int) -> Sym:
         dso = os.path.basename(m.filename) or m.filename
-        if m.filename.startswith("["):
+        if m.filename.startswith("[") and not m.build_id:
             return self.unresolved(m.filename, ".", rel, f"no symbols for {m.filename}")
         elf = self.elf.get(m.filename, m.build_id)
         if isinstance(elf, str):
@@ -699,7 +702,7 @@ class Symbolizer:
         """What _user_in(m, rel) gives for each of many addresses rels (numpy uint64) of
         one mapped file: an index into the returned list of symbols per address."""
         dso = os.path.basename(m.filename) or m.filename
-        if m.filename.startswith("["):
+        if m.filename.startswith("[") and not m.build_id:
             return self._each_unresolved(np, rels, m.filename, f"no symbols for {m.filename}")
         elf = self.elf.get(m.filename, m.build_id)
         if isinstance(elf, str):
@@ -818,7 +821,7 @@ class ElfSymbols:
     when a lookup lands there.
     """
 
-    def __init__(self, funcs: ElfFuncs, segs: list[Any]):
+    def __init__(self, funcs: ElfFuncs, segs: list[Any], stripped: bool | None = None):
         self.funcs = funcs
         self.strtab = funcs.strtab
         self.segs = segs  # (p_offset, p_filesz, p_vaddr) of PT_LOAD segments
@@ -826,7 +829,9 @@ class ElfSymbols:
         self._firsts = funcs.firsts
         self._hits: dict[int, tuple[int, str]] = {}  # index in starts -> (end, name)
         self._starts_np: Any = None
-        self.why_missing = "" if funcs.values else "no symbols in the ELF file (stripped)"
+        if stripped is None:
+            stripped = not funcs.values
+        self.why_missing = "no symbols in the ELF file (stripped)" if stripped else ""
 
     def _name(self, off: int) -> str:
         strtab = self.strtab
@@ -895,17 +900,44 @@ class ElfCache:
         return hit
 
     def _load(self, path: str, build_id: str) -> ElfSymbols | str:
-        return load_elf_symbols(self.root + path, build_id, self.np)
+        got = (
+            None if path.startswith("[") else load_elf_symbols(self.root + path, build_id, self.np)
+        )
+        if isinstance(got, ElfSymbols):
+            return got
+        # gone, replaced or never a file ([vdso]): perf's build-id cache may have a copy
+        # (perf record keeps one of every DSO with samples; perf archive carries them)
+        cached = build_id_cache_file(build_id)
+        if cached is not None:
+            alt = load_elf_symbols(cached, build_id, self.np)
+            if isinstance(alt, ElfSymbols):
+                return alt
+        return got if got is not None else f"no symbols for {path}"
 
 
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
+
+
+def build_id_cache_file(build_id: str) -> str | None:
+    """The copy of the ELF file with build_id in perf's build-id cache ($PERF_BUILDID_DIR,
+    else ~/.debug): .build-id/xx/rest links to the directory holding `elf` or `vdso`."""
+    if len(build_id) < 3:
+        return None
+    root = os.environ.get("PERF_BUILDID_DIR") or os.path.join(os.path.expanduser("~"), ".debug")
+    d = os.path.join(root, ".build-id", build_id[:2], build_id[2:])
+    for name in ("elf", "vdso"):
+        f = os.path.join(d, name)
+        if os.path.isfile(f):
+            return f
+    return None
 
 
 @functools.cache
 def _elf_structs(is64: bool, little: bool) -> dict[str, struct.Struct]:
     """struct.Structs of the formats.elf declarations for one ELF class and byte order."""
     L = elf_layouts(is64, little)
-    return {n: struct_of(getattr(L, n))[0] for n in ("ehdr", "shdr", "phdr", "sym", "nhdr")}
+    names = ("ehdr", "shdr", "phdr", "sym", "nhdr", "rel", "rela")
+    return {n: struct_of(getattr(L, n))[0] for n in names}
 
 
 class ElfImage:
@@ -929,9 +961,10 @@ class ElfImage:
         eh = st["ehdr"]
         if len(data) < eh.size:
             raise FormatError(path, len(data), "truncated ELF header")
-        (_, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = (
+        (_, _, machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = (
             eh.unpack_from(data, 0)
         )
+        self.machine = machine
         sh = st["shdr"]
         self.sections: list[tuple[int, ...]] = []
         if shoff:
@@ -1056,6 +1089,70 @@ class ElfImage:
         cols = [list(c) for c in zip(*out, strict=True)] if out else [[], [], [], []]
         return ElfFuncs(cols[0], cols[1], cols[2], cols[3], strtab, starts, firsts)
 
+    def defines_objects(self) -> bool:
+        """Whether .symtab (else .dynsym) has a defined, named data object (STT_OBJECT),
+        which perf's symbol loading counts as well as functions."""
+        for name in (".symtab", ".dynsym"):
+            i = self.section_by_name(name)
+            if i is None or self.sections[i][1] == E.SHT_NOBITS:
+                continue
+            rec = self.structs["sym"]
+            data = self.section_data(i)
+            for f in rec.iter_unpack(data[: len(data) // rec.size * rec.size]):
+                if self.is64:
+                    name_off, info, _o, shndx = f[:4]
+                else:
+                    name_off, info, shndx = f[0], f[3], f[5]
+                if info & 0xF == E.STT_OBJECT and shndx != 0 and name_off:
+                    return True
+            return False
+        return False
+
+    def plt_functions(self) -> list[tuple[int, int, bytes]]:
+        """perf's synthesized PLT symbols: (address, size, b"name@plt") per .rela.plt (or
+        .rel.plt) entry, in relocation order from the first .plt entry after the header,
+        sized by the architecture's PLT layout; [] when the file has no such PLT.
+
+        As perf 6.1's dso__synthesize_plt_symbols (util/symbol-elf.c): names from the
+        .dynsym the relocations link to, .plt's sh_entsize as header and entry size
+        except on ARM, AArch64 and SPARC."""
+        dyn = self.section_by_name(".dynsym")
+        rel_i = self.section_by_name(".rela.plt")
+        if rel_i is None:
+            rel_i = self.section_by_name(".rel.plt")
+        plt_i = self.section_by_name(".plt")
+        if dyn is None or rel_i is None or plt_i is None:
+            return []
+        dsec, rsec, psec = self.sections[dyn], self.sections[rel_i], self.sections[plt_i]
+        if dsec[1] != E.SHT_DYNSYM or rsec[1] not in (E.SHT_RELA, E.SHT_REL) or rsec[6] != dyn:
+            return []
+        if not 0 < dsec[6] < len(self.sections):
+            return []
+        strtab = self.section_data(dsec[6])
+        syms = self.section_data(dyn)
+        if not strtab:
+            return []
+        header, entry = PLT_LAYOUTS.get(self.machine, (psec[9], psec[9]))
+        if not entry:
+            return []
+        rec = self.structs["rela" if rsec[1] == E.SHT_RELA else "rel"]
+        sym = self.structs["sym"]
+        shift = 32 if self.is64 else 8
+        out = []
+        at = psec[3] + header  # sh_addr: the address the lookups use (perf: sh_offset)
+        for r in rec.iter_unpack(self.section_data(rel_i)[: rsec[5] // rec.size * rec.size]):
+            idx = r[1] >> shift
+            if (idx + 1) * sym.size > len(syms):
+                raise FormatError(self.path, rsec[4], f"PLT relocation names symbol {idx}")
+            fields = sym.unpack_from(syms, idx * sym.size)
+            name_off = fields[0]
+            name = (
+                strtab[name_off : strtab.find(b"\0", name_off)] if name_off < len(strtab) else b""
+            )
+            out.append((at, entry, name + b"@plt"))
+            at += entry
+        return out
+
     def _functions_np(self, np: Any, data: bytes, ends: list[int], strtab: bytes) -> Any:
         """functions() with numpy; None when values are too big for int64 arithmetic."""
         a = np.frombuffer(data, dtype=_np_dtype(np, self.is64, self.little))
@@ -1108,6 +1205,57 @@ def _first(x: tuple[int, ...]) -> int:
     return x[0]
 
 
+# e_machine -> (PLT header size, PLT entry size) where .plt's sh_entsize is not both
+PLT_LAYOUTS = {
+    E.EM_ARM: (20, 12),
+    E.EM_AARCH64: (32, 16),
+    E.EM_SPARC: (48, 12),
+    E.EM_SPARCV9: (128, 32),
+}
+
+
+def with_plt(funcs: ElfFuncs, plt: list[tuple[int, int, bytes]]) -> ElfFuncs:
+    """funcs plus the synthesized PLT symbols (their names appended to the string table)."""
+    if not plt:
+        return funcs
+    strtab = bytearray(funcs.strtab)
+    rows = []
+    for addr, size, name in plt:
+        rows.append((addr, size, E.STB_GLOBAL, len(strtab)))
+        strtab += name + b"\0"
+    values, sizes, binds, names = funcs.values, funcs.sizes, funcs.binds, funcs.names
+    lo = min(r[0] for r in rows)
+    hi = max(r[0] + r[1] for r in rows)
+    p, q = bisect.bisect_left(values, lo), bisect.bisect_left(values, hi)
+    if p == q and [r[0] for r in rows] == sorted({r[0] for r in rows}):
+        # the usual case: nothing else inside .plt, entries in address order: splice
+        m = len(rows)
+        sp = bisect.bisect_left(funcs.starts, lo)
+        cols = [list(c) for c in zip(*rows, strict=True)]
+        return ElfFuncs(
+            values[:p] + cols[0] + values[p:],
+            sizes[:p] + cols[1] + sizes[p:],
+            binds[:p] + cols[2] + binds[p:],
+            names[:p] + cols[3] + names[p:],
+            bytes(strtab),
+            funcs.starts[:sp] + cols[0] + funcs.starts[sp:],
+            funcs.firsts[:sp] + list(range(p, p + m)) + [f + m for f in funcs.firsts[sp:]],
+        )
+    out = sorted(zip(values, sizes, binds, names, strict=True), key=_first)
+    out = sorted(out + rows, key=_first)  # stable: table order kept within one address
+    starts: list[int] = []
+    firsts: list[int] = []
+    prev = None
+    for k, f in enumerate(out):
+        if f[0] != prev:
+            prev = f[0]
+            starts.append(prev)
+            firsts.append(k)
+    firsts.append(len(out))
+    cols = [list(c) for c in zip(*out, strict=True)]
+    return ElfFuncs(cols[0], cols[1], cols[2], cols[3], bytes(strtab), starts, firsts)
+
+
 def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbols | str:
     """Function symbols of an ELF file (or of its build-id debug file), or why there are none."""
     try:
@@ -1132,11 +1280,16 @@ def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbol
                     funcs = elf.functions(".symtab", np)
                 if not funcs.values:
                     funcs = elf.functions(".dynsym", np)
+                stripped = not funcs.values
+                # perf synthesizes name@plt symbols when the file's symbol table gave it
+                # anything: functions, or data objects (stripped programs' .dynsym)
+                if funcs.values or elf.defines_objects():
+                    funcs = with_plt(funcs, elf.plt_functions())
         except FormatError as e:
             return f"{path}: unreadable ELF (offset {e.offset}: {e.what})"
         except (OSError, ValueError) as e:
             return f"{path}: unreadable ELF ({e})"
-    return ElfSymbols(funcs, segs)
+    return ElfSymbols(funcs, segs, stripped)
 
 
 def _debug_functions(path: str, np: Any) -> ElfFuncs:

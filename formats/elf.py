@@ -1,5 +1,5 @@
 """ELF layouts bpfsym reads for user-space symbols: file, section and program headers,
-symbols and notes.
+symbols, notes and relocations.
 
 From the System V gABI and include/uapi/linux/elf.h. Fields are in the file's byte
 order and word size (e_ident[EI_CLASS], e_ident[EI_DATA]), so everything is built
@@ -18,8 +18,12 @@ from construct import (
     Int8ul,
     Int16ub,
     Int16ul,
+    Int32sb,
+    Int32sl,
     Int32ub,
     Int32ul,
+    Int64sb,
+    Int64sl,
     Int64ub,
     Int64ul,
     Struct,
@@ -39,17 +43,24 @@ SHT_STRTAB = 3
 SHT_NOTE = 7
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
+SHT_RELA = 4
+SHT_REL = 9
 SHN_UNDEF = 0
 SHN_LORESERVE = 0xFF00
 SHN_XINDEX = 0xFFFF  # e_shstrndx is in section 0's sh_link
 PN_XNUM = 0xFFFF  # e_phnum is in section 0's sh_info
 PT_LOAD = 1
+STT_OBJECT = 1
 STT_FUNC = 2
 STT_GNU_IFUNC = 10
 STB_GLOBAL = 1
 STB_WEAK = 2
 NT_GNU_BUILD_ID = 3
 NOTE_GNU = b"GNU\0"
+EM_SPARC = 2
+EM_ARM = 40
+EM_SPARCV9 = 43
+EM_AARCH64 = 183
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ class ElfLayouts:
     phdr: Struct
     sym: Struct
     nhdr: Struct
+    rel: Struct
+    rela: Struct
 
 
 @functools.cache
@@ -140,4 +153,9 @@ def elf_layouts(is64: bool, little: bool) -> ElfLayouts:
             "st_shndx" / u16,
         )
     nhdr = Struct("n_namesz" / u32, "n_descsz" / u32, "n_type" / u32)
-    return ElfLayouts(is64, little, ehdr, shdr, phdr, sym, nhdr)
+    # relocations (.rela.plt / .rel.plt name the PLT slots' symbols): r_info holds the
+    # symbol index above bit 32 (Elf64) or bit 8 (Elf32); see ELF_R_SYM
+    sword = (Int64sl if little else Int64sb) if is64 else (Int32sl if little else Int32sb)
+    rel = Struct("r_offset" / word, "r_info" / word)
+    rela = Struct("r_offset" / word, "r_info" / word, "r_addend" / sword)
+    return ElfLayouts(is64, little, ehdr, shdr, phdr, sym, nhdr, rel, rela)

@@ -1,10 +1,12 @@
-"""The struct ELF reader (formats/elf.py layouts) against pyelftools and readelf on real
-binaries; bad input gives FormatError; the layouts round-trip and agree with struct_of."""
+"""The struct ELF reader (formats/elf.py layouts) against pyelftools, readelf and objdump on
+real binaries (PLT symbols too); perf's build-id cache; bad input gives FormatError; the
+layouts round-trip and agree with struct_of."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 import numpy
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from bpfsym.formats import elf as E
 from bpfsym.formats import struct_of
 from bpfsym.formats.errors import FormatError
-from bpfsym.symbolize import ElfImage, load_elf_symbols
+from bpfsym.symbolize import ElfCache, ElfImage, load_elf_symbols
 
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 PERF = "/usr/bin/perf"
@@ -268,3 +270,58 @@ def test_shdr_roundtrip_and_struct(is64, little, vals):
     assert lay.shdr.compile().parse(raw) == got
     s, fields = struct_of(lay.shdr)
     assert dict(zip(fields, s.unpack(raw), strict=True)) == x
+
+
+PLT_BINARIES = ["/usr/bin/dd", "/usr/bin/bash", PERF]
+
+
+@pytest.mark.parametrize("path", PLT_BINARIES)
+def test_plt_symbols_match_objdump(path):
+    # perf 6.1 names the .plt stubs name@plt from .rela.plt, as objdump labels them
+    got = {a: (size, name.decode()) for a, size, name in _image(path).plt_functions()}
+    out = subprocess.run(
+        ["objdump", "-d", "-j", ".plt", path], capture_output=True, text=True, check=True
+    ).stdout
+    want = {
+        int(a, 16): name
+        for a, name in re.findall(r"^([0-9a-f]+) <(.+@plt)>:$", out, re.M)
+        if not name.startswith("*ABS*")  # objdump's name for IFUNC slots; perf's is "@plt"
+    }
+    assert len(want) > 20
+    assert {a: got[a][1] for a in want} == want
+    assert {s for s, _ in got.values()} == {16}
+
+
+def test_a_stripped_program_has_its_plt_symbols():
+    path = "/usr/bin/dd"  # no .symtab, no defined functions in .dynsym: only data objects
+    syms = load_elf_symbols(path)
+    assert not isinstance(syms, str)
+    assert syms.why_missing == "no symbols in the ELF file (stripped)"
+    img = _image(path)
+    addr, _size, name = img.plt_functions()[3]
+    off, _filesz, vaddr = next(s for s in img.load_segments if s[2] <= addr < s[2] + s[1])
+    rel = addr - vaddr + off  # a file offset, as report looks addresses up
+    assert syms.lookup(rel + 6) == (name.decode(), addr)
+    text = img.sections[img.section_by_name(".text")]
+    assert syms.lookup(text[3] - vaddr + off + 0x40) is None  # the program's own code: unnamed
+
+
+def test_build_id_cache_names_a_file_that_is_gone(tmp_path, monkeypatch):
+    bash = "/usr/bin/bash"
+    bid = _image(bash).build_id()
+    d = tmp_path / ".build-id" / bid[:2] / bid[2:]
+    d.mkdir(parents=True)
+    shutil.copy(bash, d / "elf")
+    monkeypatch.setenv("PERF_BUILDID_DIR", str(tmp_path))
+    here = load_elf_symbols(bash)
+    assert not isinstance(here, str)
+    rel = 0x30000  # somewhere in bash's code
+    want = here.lookup(rel)
+    assert want is not None
+    got = ElfCache().get("/gone/bin/bash", bid)
+    assert not isinstance(got, str) and got.lookup(rel) == want
+    # perf keeps the vDSO as .../[vdso]/<build id>/vdso: any "[...]" map with a build id
+    (d / "elf").rename(d / "vdso")
+    got = ElfCache().get("[vdso]", bid)
+    assert not isinstance(got, str) and got.lookup(rel) == want
+    assert ElfCache().get("[vdso]", "00" * 20) == "no symbols for [vdso]"
