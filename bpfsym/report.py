@@ -18,6 +18,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -873,14 +874,16 @@ class _BulkAggregator(_Aggregator):
         reader = os.fdopen(rfd, "rb")
         try:
             self._part(first, k, False)
-            got = reader.read()
+            got = reader.read()  # to the end: the child has written all it will
         except BaseException:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
             raise
         finally:
             reader.close()
-            os.waitpid(pid, 0)
+        # the child's exit (unmapping its memory) takes a while: reaped on a thread
+        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
         try:
             status, body = pickle.loads(got)
         except Exception:  # noqa: BLE001 - the child died before it could say

@@ -716,6 +716,14 @@ class Symbolizer:
             mapped |= sel
         starts = elf.starts_array(np)
         i = np.searchsorted(starts, vaddr, side="right").astype(np.int64) - 1
+        plt = elf.plt
+        stub = None
+        if plt is not None:
+            stub = mapped & (vaddr >= np.uint64(plt.lo)) & (vaddr < np.uint64(plt.hi))
+            if not bool(stub.any()):
+                stub = None
+            else:
+                mapped = mapped & ~stub  # named below, as their PLT entries
         ok = mapped & (i >= 0)
         hit = unique(np, i[ok])[0]
         hit_l = hit.tolist()
@@ -731,6 +739,18 @@ class Symbolizer:
                 sy = self._unres[key] = Sym(elf._hit(k)[1], dso, ".", FROM_ELF, start=start)
             syms.append(sy)
         codes = np.where(ok, at, 0).astype(np.int64)
+        if stub is not None and plt is not None:
+            sel = np.flatnonzero(stub)
+            entry, inv = unique(np, (vaddr[sel] - np.uint64(plt.lo)) // np.uint64(plt.entry))
+            for k in entry.tolist():
+                start = plt.lo + k * plt.entry
+                key = (m.filename, start)
+                sy = self._unres.get(key)
+                if sy is None:
+                    sy = self._unres[key] = Sym(plt.name(k), dso, ".", FROM_ELF, start=start)
+                syms.append(sy)
+            codes[sel] = inv + (len(syms) - len(entry))
+            ok |= stub
         miss = np.flatnonzero(~ok)
         if len(miss):
             why = elf.why_missing or "no symbol covers the address"
@@ -821,8 +841,15 @@ class ElfSymbols:
     when a lookup lands there.
     """
 
-    def __init__(self, funcs: ElfFuncs, segs: list[Any], stripped: bool | None = None):
+    def __init__(
+        self,
+        funcs: ElfFuncs,
+        segs: list[Any],
+        stripped: bool | None = None,
+        plt: PltTable | None = None,
+    ) -> None:
         self.funcs = funcs
+        self.plt = plt
         self.strtab = funcs.strtab
         self.segs = segs  # (p_offset, p_filesz, p_vaddr) of PT_LOAD segments
         self.starts = funcs.starts
@@ -875,6 +902,10 @@ class ElfSymbols:
         vaddr = self.vaddr(rel)
         if vaddr is None:
             return None
+        plt = self.plt
+        if plt is not None and plt.lo <= vaddr < plt.hi:
+            k = plt.index(vaddr)
+            return plt.name(k), plt.lo + k * plt.entry
         i = bisect.bisect_right(self.starts, vaddr) - 1
         if i < 0:
             return None
@@ -1108,50 +1139,34 @@ class ElfImage:
             return False
         return False
 
-    def plt_functions(self) -> list[tuple[int, int, bytes]]:
-        """perf's synthesized PLT symbols: (address, size, b"name@plt") per .rela.plt (or
-        .rel.plt) entry, in relocation order from the first .plt entry after the header,
-        sized by the architecture's PLT layout; [] when the file has no such PLT.
-
-        As perf 6.1's dso__synthesize_plt_symbols (util/symbol-elf.c): names from the
-        .dynsym the relocations link to, .plt's sh_entsize as header and entry size
-        except on ARM, AArch64 and SPARC."""
+    def plt_table(self) -> PltTable | None:
+        """perf's synthesized PLT symbols (see PltTable); None when the file has no PLT
+        perf would name: as perf 6.1's dso__synthesize_plt_symbols (util/symbol-elf.c),
+        it needs .plt, and .rela.plt (or .rel.plt) linked to .dynsym."""
         dyn = self.section_by_name(".dynsym")
         rel_i = self.section_by_name(".rela.plt")
         if rel_i is None:
             rel_i = self.section_by_name(".rel.plt")
         plt_i = self.section_by_name(".plt")
         if dyn is None or rel_i is None or plt_i is None:
-            return []
+            return None
         dsec, rsec, psec = self.sections[dyn], self.sections[rel_i], self.sections[plt_i]
         if dsec[1] != E.SHT_DYNSYM or rsec[1] not in (E.SHT_RELA, E.SHT_REL) or rsec[6] != dyn:
-            return []
+            return None
         if not 0 < dsec[6] < len(self.sections):
-            return []
+            return None
         strtab = self.section_data(dsec[6])
-        syms = self.section_data(dyn)
-        if not strtab:
-            return []
         header, entry = PLT_LAYOUTS.get(self.machine, (psec[9], psec[9]))
-        if not entry:
-            return []
+        if not strtab or not entry:
+            return None
         rec = self.structs["rela" if rsec[1] == E.SHT_RELA else "rel"]
-        sym = self.structs["sym"]
-        shift = 32 if self.is64 else 8
-        out = []
-        at = psec[3] + header  # sh_addr: the address the lookups use (perf: sh_offset)
-        for r in rec.iter_unpack(self.section_data(rel_i)[: rsec[5] // rec.size * rec.size]):
-            idx = r[1] >> shift
-            if (idx + 1) * sym.size > len(syms):
-                raise FormatError(self.path, rsec[4], f"PLT relocation names symbol {idx}")
-            fields = sym.unpack_from(syms, idx * sym.size)
-            name_off = fields[0]
-            name = (
-                strtab[name_off : strtab.find(b"\0", name_off)] if name_off < len(strtab) else b""
-            )
-            out.append((at, entry, name + b"@plt"))
-            at += entry
-        return out
+        rels = self.section_data(rel_i)
+        # sh_addr, not perf's sh_offset: report looks symbols up by address
+        return PltTable(
+            psec[3] + header, entry, len(rels) // rec.size, rels, rec,
+            32 if self.is64 else 8, self.section_data(dyn), self.structs["sym"], strtab,
+            self.path,
+        )  # fmt: skip
 
     def _functions_np(self, np: Any, data: bytes, ends: list[int], strtab: bytes) -> Any:
         """functions() with numpy; None when values are too big for int64 arithmetic."""
@@ -1214,46 +1229,37 @@ PLT_LAYOUTS = {
 }
 
 
-def with_plt(funcs: ElfFuncs, plt: list[tuple[int, int, bytes]]) -> ElfFuncs:
-    """funcs plus the synthesized PLT symbols (their names appended to the string table)."""
-    if not plt:
-        return funcs
-    strtab = bytearray(funcs.strtab)
-    rows = []
-    for addr, size, name in plt:
-        rows.append((addr, size, E.STB_GLOBAL, len(strtab)))
-        strtab += name + b"\0"
-    values, sizes, binds, names = funcs.values, funcs.sizes, funcs.binds, funcs.names
-    lo = min(r[0] for r in rows)
-    hi = max(r[0] + r[1] for r in rows)
-    p, q = bisect.bisect_left(values, lo), bisect.bisect_left(values, hi)
-    if p == q and [r[0] for r in rows] == sorted({r[0] for r in rows}):
-        # the usual case: nothing else inside .plt, entries in address order: splice
-        m = len(rows)
-        sp = bisect.bisect_left(funcs.starts, lo)
-        cols = [list(c) for c in zip(*rows, strict=True)]
-        return ElfFuncs(
-            values[:p] + cols[0] + values[p:],
-            sizes[:p] + cols[1] + sizes[p:],
-            binds[:p] + cols[2] + binds[p:],
-            names[:p] + cols[3] + names[p:],
-            bytes(strtab),
-            funcs.starts[:sp] + cols[0] + funcs.starts[sp:],
-            funcs.firsts[:sp] + list(range(p, p + m)) + [f + m for f in funcs.firsts[sp:]],
-        )
-    out = sorted(zip(values, sizes, binds, names, strict=True), key=_first)
-    out = sorted(out + rows, key=_first)  # stable: table order kept within one address
-    starts: list[int] = []
-    firsts: list[int] = []
-    prev = None
-    for k, f in enumerate(out):
-        if f[0] != prev:
-            prev = f[0]
-            starts.append(prev)
-            firsts.append(k)
-    firsts.append(len(out))
-    cols = [list(c) for c in zip(*out, strict=True)]
-    return ElfFuncs(cols[0], cols[1], cols[2], cols[3], bytes(strtab), starts, firsts)
+class PltTable:
+    """The PLT stubs perf names name@plt: entry i (relocation i of .rela.plt) starts at
+    lo + i * entry and is named after the .dynsym symbol the relocation refers to.
+    Names are read when a lookup lands in a stub."""
+
+    def __init__(
+        self, lo: int, entry: int, n: int, rels: bytes, rec: struct.Struct, shift: int,
+        syms: bytes, sym: struct.Struct, strtab: bytes, path: str,
+    ) -> None:  # fmt: skip
+        self.lo, self.entry, self.n = lo, entry, n
+        self.hi = lo + n * entry
+        self._rels, self._rec, self._shift = rels, rec, shift
+        self._syms, self._sym, self._strtab = syms, sym, strtab
+        self._path = path
+
+    def index(self, vaddr: int) -> int:
+        """The entry covering vaddr, -1 outside the stubs."""
+        return (vaddr - self.lo) // self.entry if self.lo <= vaddr < self.hi else -1
+
+    def name(self, i: int) -> str:
+        idx = self._rec.unpack_from(self._rels, i * self._rec.size)[1] >> self._shift
+        if (idx + 1) * self._sym.size > len(self._syms):
+            return "@plt"  # a relocation naming no symbol: perf prints the bare suffix
+        off = self._sym.unpack_from(self._syms, idx * self._sym.size)[0]
+        tab = self._strtab
+        name = tab[off : tab.find(b"\0", off)] if off < len(tab) else b""
+        return name.decode("utf-8", "replace") + "@plt"
+
+    def entries(self) -> list[tuple[int, int, str]]:
+        """Every stub: (address, size, name)."""
+        return [(self.lo + i * self.entry, self.entry, self.name(i)) for i in range(self.n)]
 
 
 def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbols | str:
@@ -1283,13 +1289,12 @@ def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbol
                 stripped = not funcs.values
                 # perf synthesizes name@plt symbols when the file's symbol table gave it
                 # anything: functions, or data objects (stripped programs' .dynsym)
-                if funcs.values or elf.defines_objects():
-                    funcs = with_plt(funcs, elf.plt_functions())
+                plt = elf.plt_table() if funcs.values or elf.defines_objects() else None
         except FormatError as e:
             return f"{path}: unreadable ELF (offset {e.offset}: {e.what})"
         except (OSError, ValueError) as e:
             return f"{path}: unreadable ELF ({e})"
-    return ElfSymbols(funcs, segs, stripped)
+    return ElfSymbols(funcs, segs, stripped, plt)
 
 
 def _debug_functions(path: str, np: Any) -> ElfFuncs:

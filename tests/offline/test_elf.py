@@ -278,7 +278,9 @@ PLT_BINARIES = ["/usr/bin/dd", "/usr/bin/bash", PERF]
 @pytest.mark.parametrize("path", PLT_BINARIES)
 def test_plt_symbols_match_objdump(path):
     # perf 6.1 names the .plt stubs name@plt from .rela.plt, as objdump labels them
-    got = {a: (size, name.decode()) for a, size, name in _image(path).plt_functions()}
+    plt = _image(path).plt_table()
+    assert plt is not None
+    got = {a: (size, name) for a, size, name in plt.entries()}
     out = subprocess.run(
         ["objdump", "-d", "-j", ".plt", path], capture_output=True, text=True, check=True
     ).stdout
@@ -298,10 +300,12 @@ def test_a_stripped_program_has_its_plt_symbols():
     assert not isinstance(syms, str)
     assert syms.why_missing == "no symbols in the ELF file (stripped)"
     img = _image(path)
-    addr, _size, name = img.plt_functions()[3]
+    plt = img.plt_table()
+    assert plt is not None
+    addr, _size, name = plt.entries()[3]
     off, _filesz, vaddr = next(s for s in img.load_segments if s[2] <= addr < s[2] + s[1])
     rel = addr - vaddr + off  # a file offset, as report looks addresses up
-    assert syms.lookup(rel + 6) == (name.decode(), addr)
+    assert syms.lookup(rel + 6) == (name, addr)
     text = img.sections[img.section_by_name(".text")]
     assert syms.lookup(text[3] - vaddr + off + 0x40) is None  # the program's own code: unnamed
 
