@@ -292,7 +292,7 @@ class KernelSymbols:
         last[:-1] = a[1:] != a[:-1]
         order = order[last]
         self._addr_np = addr[order]
-        self.addrs = self._addr_np.tolist()
+        self._addrs: list[int] | None = None  # made at the first one-by-one lookup
         self._line = (text, starts[order], ends[order])
         self._made: dict[int, KernelSymbol] = {}
         return True
@@ -306,8 +306,16 @@ class KernelSymbols:
             # perf fixes symbol ends before dropping duplicates, so of several symbols at
             # one address only the last has a length, and choose_best_symbol keeps it
             by_addr[r[0]] = r
-        self.addrs = sorted(by_addr)
-        self._syms = [KernelSymbol(*by_addr[a]) for a in self.addrs]
+        addrs = self._addrs = sorted(by_addr)
+        self._syms = [KernelSymbol(*by_addr[a]) for a in addrs]
+
+    @property
+    def addrs(self) -> list[int]:
+        """The symbols' start addresses, sorted (bulk lookups use addr_array instead)."""
+        got = self._addrs
+        if got is None:
+            got = self._addrs = self._addr_np.tolist()
+        return got
 
     @property
     def syms(self) -> list[KernelSymbol]:
@@ -321,11 +329,11 @@ class KernelSymbols:
             text, starts, ends = self._line
             parts = text[int(starts[i]) : int(ends[i])].split(None, 3)
             mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
-            s = self._made[i] = KernelSymbol(self.addrs[i], parts[1], parts[2], mod)
+            s = self._made[i] = KernelSymbol(int(self._addr_np[i]), parts[1], parts[2], mod)
         return s
 
     def __len__(self) -> int:
-        return len(self.addrs)
+        return len(self._addrs) if self._addrs is not None else len(self._addr_np)
 
     def lookup(self, ip: int) -> KernelSymbol | None:
         i = bisect.bisect_right(self.addrs, ip) - 1
