@@ -13,13 +13,14 @@ import contextlib
 import functools
 import gc
 import json
+import operator
 import os
 import pickle
 import signal
 import struct
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1899,6 +1900,12 @@ def _unpack_key(key: tuple, keys: list[str]) -> tuple[str, int, int, Sym, int]:
 HEAD_KEYS = ("comm", "pid")
 STACK_HEAD_KEYS = ("comm", "pid", "cpu")  # the columns a stack's head gives
 SYM_KEYS = ("dso", "sym", "prog", "func")
+SYM_CELLS: dict[str, Callable[[Sym], str]] = {  # _cell of the symbol's columns, by key
+    "dso": operator.attrgetter("dso"),
+    "sym": lambda s: f"[{s.kind}] {s.name}",
+    "prog": lambda s: s.prog or "[not bpf]",
+    "func": operator.attrgetter("name"),
+}
 
 
 def table(an: Analysis, st: EventStats) -> list[tuple[tuple[str, ...], int, int]]:
@@ -1911,11 +1918,12 @@ def table(an: Analysis, st: EventStats) -> list[tuple[tuple[str, ...], int, int]
         heads: dict[tuple, tuple[str, ...]] = {}
         tails: dict[Sym, tuple[str, ...]] = {}
         hkeys, skeys = keys[:nhead], keys[nhead:]
+        cell_of = [SYM_CELLS[k] for k in skeys]
         for key, (period, n) in st.rows.items():
             s = key[-1]
             tail = tails.get(s)
             if tail is None:
-                tail = tails[s] = tuple(_cell(k, "", 0, -1, s, 0) for k in skeys)
+                tail = tails[s] = tuple([f(s) for f in cell_of])
             if nhead:
                 hk = key[:2]
                 head = heads.get(hk)
@@ -1947,8 +1955,13 @@ def _sorted_rows(
     merged: dict[tuple[str, ...], list[int]],
 ) -> list[tuple[tuple[str, ...], int, int]]:
     rows = [(c, p, n) for c, (p, n) in merged.items()]
-    rows.sort(key=lambda r: (-r[1], r[0]))
+    rows.sort(key=_FIRST)  # then largest first; stable, so cells order ties
+    rows.sort(key=_SECOND, reverse=True)
     return rows
+
+
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
 
 
 def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
@@ -2095,7 +2108,8 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
         lines = [x for x in lines if 100.0 * x[1] / total >= limit]
         widths = [len(h) for h in heads]
         for i in range(len(widths) - 1):
-            widths[i] = max(widths[i], max((len(c[i]) for c, _, _ in lines), default=0))
+            column = {c[i] for c, _, _ in lines}
+            widths[i] = max(widths[i], max(map(len, column), default=0))
         pct_cols = "# Children      Self" if children is not None else "# Overhead"
         dots = "# ........  ........" if children is not None else "# ........"
         runtime = _runtime_cells(an)
@@ -2110,10 +2124,8 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
         graphs = _graphs(an, st, lines, total) if children is not None else {}
         if children is None and runtime is None:
             # the plain overhead table: one format string for every line
-            fmt = "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{}"
-            out.extend(
-                f"{100.0 * p / total:9.2f}%  " + fmt.format(*c).rstrip() for c, p, _ in lines
-            )
+            fmt = "{:9.2f}%  " + "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{}"
+            out.extend(fmt.format(100.0 * p / total, *c).rstrip() for c, p, _ in lines)
             out.append("")
             continue
         for c, p_children, p_self in lines:
