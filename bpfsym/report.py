@@ -62,7 +62,7 @@ HEADINGS = {
 }
 PROGRESS_MIN_BYTES = 64 << 20
 BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
-PARALLEL_MIN_BYTES = 48 << 20  # below this a second reading process costs what it saves
+PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
 FIRST_SHARE = 0.5  # of the file, read by the first of two processes
 TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
