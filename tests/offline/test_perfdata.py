@@ -213,8 +213,13 @@ def _sample_value(sample_type: int, read_format: int, i: int) -> dict:
     return v
 
 
-def build_file(little: bool, sample_type: int, read_format: int = 0, n: int = 20) -> bytes:
-    """A perf.data file built with the formats declarations (the reader's own layouts)."""
+def build_file(
+    little: bool, sample_type: int, read_format: int = 0, n: int = 20, round_every: int = 0,
+    lost_at: tuple[int, ...] = (),
+) -> bytes:  # fmt: skip
+    """A perf.data file built with the formats declarations (the reader's own layouts):
+    n samples, a FINISHED_ROUND after every round_every of them (and at the end), and a
+    LOST record of 5 samples after each sample index in lost_at."""
     L = F.perfdata_layouts(little)
     e = "<" if little else ">"
     attr = _attr_bytes(L, sample_type, read_format)
@@ -234,6 +239,10 @@ def build_file(little: bool, sample_type: int, read_format: int = 0, n: int = 20
     data += rec(K.RECORD_KSYMBOL, 0, ks.ljust((len(ks) + 7) & ~7, b"\0") + trailer)
     for i in range(n):
         data += rec(K.RECORD_SAMPLE, 1, decl.build(_sample_value(sample_type, read_format, i)))
+        if i in lost_at:
+            data += rec(K.RECORD_LOST, 0, struct.pack(e + "QQ", 7, 5) + trailer)
+        if round_every and (i + 1) % round_every == 0:
+            data += rec(F.RECORD_FINISHED_ROUND, 0, b"")
     data += rec(F.RECORD_FINISHED_ROUND, 0, b"")
     attrs_off = F.FILE_HEADER_SIZE
     ids_off = attrs_off + len(attr) + 16

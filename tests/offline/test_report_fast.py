@@ -72,6 +72,30 @@ def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
     assert render_stdio(an, None, 0.0) == render_stdio(want, None, 0.0)
 
 
+@pytest.mark.parametrize("little", [True, False])
+def test_built_files_of_both_byte_orders_read_alike_every_way(tmp_path: object, little: bool):
+    # samples with call chains, rounds every 7 samples and losses on both sides of the
+    # middle: one process or two, numpy or not, little- or big-endian
+    from test_perfdata import build_file
+
+    from bpfsym.formats import perf as K
+
+    st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ |= K.SAMPLE_PERIOD | K.SAMPLE_CALLCHAIN
+    path = os.path.join(str(tmp_path), "built.data")
+    with open(path, "wb") as f:
+        f.write(build_file(little, st_, n=400, round_every=7, lost_at=(50, 350)))
+    out = []
+    for fast, parallel in ((False, False), (True, False), (True, True)):
+        for graph in (False, True):
+            an = analyze(path, None, ["pid", "cpu", "sym"], graph, False, EMPTY, None, fast,
+                         parallel)  # fmt: skip
+            assert an.accelerated == fast and an.lost == 10 and an.total_samples == 400
+            out.append(render_stdio(an, None, 0.0) + render_json(an, None))
+    assert out[0] == out[2] == out[4] and out[1] == out[3] == out[5]
+    assert "0xffffffff8100018f" in out[0]  # sample 399's address, unresolved without kallsyms
+
+
 def test_bulk_walk_finds_every_record() -> None:
     for name in ("bpf", "multi"):
         pd = PerfData(os.path.join(FIX, f"{name}.data"))
