@@ -171,7 +171,8 @@ class BpfTimeline:
         self._hi = 0
 
     def add(self, fn: BpfFunc) -> None:
-        fn.sym = Sym(fn.name, "[bpf]", "k", fn.origin, bpf=fn, start=fn.addr)
+        # perf gives every KSYMBOL its own DSO, named like the symbol
+        fn.sym = Sym(fn.name, fn.name, "k", fn.origin, bpf=fn, start=fn.addr)
         self.funcs.append(fn)
         self.by_addr.setdefault(fn.addr, []).append(fn)
         self._max_size = max(self._max_size, fn.size)
@@ -181,7 +182,7 @@ class BpfTimeline:
 
     def rename(self, fn: BpfFunc, name: str) -> None:
         fn.name = name
-        fn.sym = Sym(name, "[bpf]", "k", fn.origin, bpf=fn, start=fn.addr)
+        fn.sym = Sym(name, name, "k", fn.origin, bpf=fn, start=fn.addr)
 
     def unregister(self, addr: int, t: int | None) -> None:
         for fn in reversed(self.by_addr.get(addr, [])):
@@ -642,7 +643,7 @@ class Symbolizer:
             return (side, perfc, fallback)
         for addr, (length, name) in self.ool.items():
             if addr <= ip < addr + max(length, 1):
-                return Sym(name, "[kernel.kallsyms]", "k", FROM_PERF, start=addr)
+                return Sym(name, name, "k", FROM_PERF, start=addr)  # its own DSO, as perf
         if self.kernel is None:
             return self.unresolved("[kernel.kallsyms]", "k", ip, self.kernel_note)
         i = self.kernel.index(ip)

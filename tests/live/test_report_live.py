@@ -128,6 +128,19 @@ def test_flat_percentages_equal_perf_system_wide(pins: str, tmp_path: object) ->
     spin = [s for s in sections(ours)["cpu-clock"] if s.endswith("_spin_mix")]
     assert spin and spin[0][4:] in ksyms.values()
 
+    # the DSO column too: perf gives every BPF function (a KSYMBOL) a DSO of its name
+    def dso_rows(text: str) -> dict[tuple[str, str], float]:
+        found = re.findall(r"^\s+([\d.]+)%\s+(\S+)\s+(\[.\] \S+)\s*$", text, re.M)
+        return {(d, s): float(p) for p, d, s in found}
+
+    o = dso_rows(bpfsym("report", "-i", data, "--no-side", "--sort", "dso,sym"))
+    p = dso_rows(perf_report(data, "--no-children", "-g", "none", "--sort", "dso,sym"))
+    bpf_rows = [k for k in o if k[1].startswith("[k] bpf_prog_")]
+    assert bpf_rows and all(d == s[4:] for d, s in bpf_rows)
+    same = [k for k in o if k in p]
+    assert len(same) > 50 and all(abs(o[k] - p[k]) <= 0.0101 for k in same)
+    assert any(k in p for k in bpf_rows)  # spin_mix: perf names sub-programs as kallsyms
+
 
 def test_unloaded_programs_named_as_kallsyms_had_them(pins: str, tmp_path: object) -> None:
     data = os.path.join(str(tmp_path), "u.data")
