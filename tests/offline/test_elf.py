@@ -214,6 +214,10 @@ def test_corrupt_elf_raises_format_error_only(data):
         for name in (".dynsym", ".symtab"):
             img.functions(name)
             img.functions(name, numpy)
+        img.defines_objects()
+        plt = img.plt_table()
+        if plt is not None:
+            plt.entries()
     except FormatError:
         pass
 
