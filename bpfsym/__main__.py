@@ -1,3 +1,3 @@
-from bpfsym.cli import entry
+from bpfsym._start import main
 
-entry()
+main()

@@ -35,6 +35,7 @@ from .symbolize import (
     FROM_KALLSYMS_SIDE,
     UNRESOLVED,
     KernelSymbols,
+    SortedKallsyms,
     SourceLine,
     Sym,
     Symbolizer,
@@ -62,6 +63,7 @@ HEADINGS = {
 }
 PROGRESS_MIN_BYTES = 64 << 20
 BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
+NUMPY_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it saves
 PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
 FIRST_SHARE = 0.5  # of the file, read by the first of two processes
 TAIL_WINDOW = 1 << 20  # the first process's windows past its share
@@ -236,7 +238,11 @@ def _host(
         text = host.text() if host is not None else read_host_kallsyms()
     except OSError as e:
         return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
-    ks = KernelSymbols.from_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})", np)
+    note = f"{FROM_KALLSYMS_HOST} ({note})"
+    if np is None:  # no numpy to read all of it: looked up where it lies
+        ks: KernelSymbols = SortedKallsyms(text, FROM_KALLSYMS_HOST, note)
+    else:
+        ks = KernelSymbols.from_text(text, FROM_KALLSYMS_HOST, note, np)
     if not len(ks):
         return None, "no kallsyms: /proc/kallsyms addresses are hidden (kernel.kptr_restrict)"
     return ks, ""
@@ -309,7 +315,8 @@ def _analyze(
     host: HostKallsyms | None,
     parallel: bool | None = None,
 ) -> Analysis:
-    np = _numpy() if accelerate is not False else None
+    small = accelerate is None and stream is None and _size(path) < NUMPY_MIN_BYTES
+    np = _numpy() if accelerate is not False and not small else None
     if np is not None and stream is None:
         pd = PerfData(path)
         with pd:
@@ -335,6 +342,13 @@ def _analyze(
 def _with_runtime(an: Analysis, cap: Any) -> Analysis:
     an.runtime, an.stats_every = prog_runtime(cap)
     return an
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # PerfData says what is wrong with it
 
 
 def _numpy() -> Any:

@@ -787,6 +787,150 @@ def unique(np: Any, a: Any) -> tuple[Any, Any]:
     return s[new], inv
 
 
+GRID_BYTES = 4096
+
+
+class SortedKallsyms(KernelSymbols):
+    """/proc/kallsyms text looked up where it lies, for reports too small to be worth
+    numpy: the kernel's own symbols come sorted by address (scripts/kallsyms sorts them
+    and the kernel's lookups rely on it), so a lookup is a binary search over the text's
+    lines; the module lines after them ("\t[name]") are read in full. It answers as
+    KernelSymbols does: wanted types only, no zero addresses, the last line of one address.
+    A symbol's index is its line's offset in the text (module symbols: past the kernel's)."""
+
+    def __init__(self, text: str, origin: str, note: str = "") -> None:
+        self.origin = origin
+        self.note = note or origin
+        self._line = None
+        self.text = text
+        self._width = max(text.find(" "), 1)
+        lo, hi = 0, len(text)  # the first module line: the kernel's lines have no "\t["
+        while lo < hi:
+            start = self._start(lo + (hi - lo) // 2)
+            end = self._end(start)
+            if "\t[" in text[start:end]:
+                hi = start
+            else:
+                lo = end + 1
+        self.core_end = min(lo, len(text))
+        mods: dict[int, KernelSymbol] = {}
+        for line in text[self.core_end :].splitlines():
+            parts = line.split(None, 3)
+            if len(parts) < 3 or parts[1] not in KALLSYMS_TYPES:
+                continue
+            try:
+                addr = int(parts[0], 16)
+            except ValueError:
+                continue
+            if addr:
+                mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
+                mods[addr] = KernelSymbol(addr, parts[1], parts[2], mod)  # the last one
+        self._mod_addrs = sorted(mods)
+        self._mods = [mods[a] for a in self._mod_addrs]
+        self._made: dict[int, KernelSymbol] = {}
+        grid = sorted({self._start(p) for p in range(0, self.core_end, GRID_BYTES)})
+        self._grid = grid  # line starts about GRID_BYTES apart, and their addresses
+        self._grid_addrs = [self._addr(g) for g in grid]
+        self._windows: dict[int, tuple[list[int], list[int], list[bool]]] = {}
+
+    def _start(self, pos: int) -> int:
+        return self.text.rfind("\n", 0, pos) + 1
+
+    def _end(self, start: int) -> int:
+        end = self.text.find("\n", start)
+        return len(self.text) if end < 0 else end
+
+    def _addr(self, start: int) -> int:
+        return int(self.text[start : start + self._width], 16)
+
+    def _wanted(self, start: int) -> bool:
+        w = self._width
+        return self.text[start + w + 1 : start + w + 2] in KALLSYMS_TYPES and bool(
+            self._addr(start)
+        )
+
+    def __len__(self) -> int:
+        core = self.text.count("\n", 0, self.core_end)
+        if core and not self._addr(self._start(self.core_end - 1)):
+            core = 0  # every address zero (sorted): kptr_restrict hides them
+        return core + len(self._mods)
+
+    def _window(self, j: int) -> tuple[list[int], list[int], list[bool]]:
+        """The lines from grid line j to the next: starts, addresses, wanted or not."""
+        got = self._windows.get(j)
+        if got is None:
+            start = self._grid[j]
+            end = self._grid[j + 1] if j + 1 < len(self._grid) else self.core_end
+            starts, addrs, wanted = [], [], []
+            w = self._width
+            pos = start
+            for line in self.text[start:end].splitlines(keepends=True):
+                a = int(line[:w], 16)
+                starts.append(pos)
+                addrs.append(a)
+                wanted.append(line[w + 1 : w + 2] in KALLSYMS_TYPES and a != 0)
+                pos += len(line)
+            got = self._windows[j] = (starts, addrs, wanted)
+        return got
+
+    def index(self, ip: int) -> int:
+        i = -1
+        if self.core_end and self._grid_addrs[0] <= ip:
+            # the 4 KB window (bisect in C), read once, then the line in it
+            j = bisect.bisect_right(self._grid_addrs, ip) - 1
+            starts, addrs, wanted = self._window(j)
+            k = bisect.bisect_right(addrs, ip) - 1
+            while True:
+                while k >= 0 and not wanted[k]:
+                    k -= 1
+                if k >= 0 or j == 0:
+                    break
+                j -= 1  # none wanted here: the window before
+                starts, addrs, wanted = self._window(j)
+                k = len(starts) - 1
+            i = starts[k] if k >= 0 else -1
+        m = bisect.bisect_right(self._mod_addrs, ip) - 1
+        if m >= 0 and (i < 0 or self._mod_addrs[m] >= self._addr(i)):
+            return self.core_end + m  # modules come later in the text: theirs wins a tie
+        return i
+
+    def at(self, i: int) -> KernelSymbol:
+        if i >= self.core_end:
+            return self._mods[i - self.core_end]
+        s = self._made.get(i)
+        if s is None:
+            parts = self.text[i : self._end(i)].split(None, 3)
+            s = self._made[i] = KernelSymbol(int(parts[0], 16), parts[1], parts[2], "")
+        return s
+
+    def lookup(self, ip: int) -> KernelSymbol | None:
+        i = self.index(ip)
+        return self.at(i) if i >= 0 else None
+
+    def _order(self) -> list[int]:
+        """Every symbol's index, by address (as KernelSymbols lists them)."""
+        by_addr: dict[int, int] = {}
+        start = 0
+        while start < self.core_end:
+            if self._wanted(start):
+                by_addr[self._addr(start)] = start
+            start = self._end(start) + 1
+        for k, a in enumerate(self._mod_addrs):
+            by_addr[a] = self.core_end + k
+        return [by_addr[a] for a in sorted(by_addr)]
+
+    @property
+    def addrs(self) -> list[int]:
+        return [self.at(i).addr for i in self._order()]
+
+    @property
+    def syms(self) -> list[KernelSymbol]:
+        return [self.at(i) for i in self._order()]
+
+    def addr_array(self, np: Any) -> Any:
+        return np.array(self.addrs, dtype=np.uint64)
+
+
 def _retag(name: str, tag: str) -> str:
     parts = name.split("_", 3)
     if len(parts) == 4 and parts[0] == "bpf" and parts[1] == "prog":

@@ -284,3 +284,24 @@ def test_kallsyms_read_beside_equals_reading_it_here(pins: str, tmp_path: object
     assert HostKallsyms(other).text() == "ffffffff81000000 T _stext\n"
     with pytest.raises(FileNotFoundError):
         HostKallsyms(os.path.join(str(tmp_path), "missing")).text()
+
+
+def test_host_kallsyms_looked_up_in_place_as_read_in_full() -> None:
+    """Small reports look /proc/kallsyms up where it lies (SortedKallsyms), relying on the
+    kernel's own symbols coming sorted by address: the same answers as reading it all."""
+    import random
+
+    import numpy as np
+
+    from bpfsym.hostsyms import read_host_kallsyms
+    from bpfsym.symbolize import KernelSymbols, SortedKallsyms
+
+    text = read_host_kallsyms()
+    full = KernelSymbols.from_text(text, "x", np=np)
+    here = SortedKallsyms(text, "x")
+    assert len(full) > 10000 and len(here)
+    rng = random.Random(7)
+    addrs = full.addrs
+    ips = [a + d for a in rng.sample(addrs, 3000) for d in (-1, 0, 5)]
+    ips += [rng.randrange(addrs[0] - 4096, addrs[-1] + 4096) for _ in range(3000)]
+    assert [here.lookup(ip) for ip in ips] == [full.lookup(ip) for ip in ips]

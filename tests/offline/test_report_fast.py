@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from bpfsym.formats.errors import FormatError
 from bpfsym.perfdata import NotBulk, PerfData
-from bpfsym.report import analyze, render_folded, render_json, render_stdio
-from bpfsym.symbolize import KernelSymbols
+from bpfsym.report import NUMPY_MIN_BYTES, analyze, render_folded, render_json, render_stdio
+from bpfsym.symbolize import KernelSymbols, SortedKallsyms
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
 EMPTY = os.devnull  # an empty kallsyms file: the same (no) kernel symbols on any host
@@ -171,6 +171,54 @@ def test_kallsyms_reading_is_the_same_on_any_text(rows: list, width: int) -> Non
     a = KernelSymbols.from_text(text, "x", np=np)
     b = KernelSymbols.from_text(text, "x")
     assert a.addrs == b.addrs and a.syms == b.syms
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**64 - 1),
+            st.sampled_from("TtWwDdBbulAaRrNn"),
+            st.text(st.characters(min_codepoint=33, max_codepoint=0x7E), min_size=1,
+                    max_size=12),
+        ),
+        max_size=400,
+    ),
+    st.lists(
+        st.tuples(st.integers(0, 2**64 - 1), st.sampled_from("tTdD"), st.sampled_from("ab")),
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 2**64 - 1), max_size=40),
+)  # fmt: skip
+def test_kallsyms_looked_up_in_place_answer_as_read_in_full(
+    core: list, mods: list, ips: list
+) -> None:
+    # the kernel's own lines sorted by address (as /proc/kallsyms has them), then modules;
+    # hundreds of lines, so lookups cross SortedKallsyms' 4 KB windows
+    core = sorted(core, key=lambda r: r[0])
+    text = "".join(f"{a:016x} {t} {n}\n" for a, t, n in core)
+    text += "".join(f"{a:016x} {t} m_{n}\t[mod_{n}]\n" for a, t, n in mods)
+    full = KernelSymbols.from_text(text, "x", np=np)
+    here = SortedKallsyms(text, "x")
+    assert here.syms == full.syms
+    if full.syms:
+        assert len(here)
+    if not any(a for a, _, _ in core) and not mods:
+        assert not len(here)  # every address zero: kptr_restrict hides them
+    probes = ips + [a + d for a in full.addrs[:50] for d in (-1, 0, 1)]
+    for ip in probes:
+        assert here.lookup(ip) == full.lookup(ip), hex(ip)
+
+
+def test_small_files_are_read_without_numpy() -> None:
+    # below NUMPY_MIN_BYTES importing numpy would cost more than it saves
+    path = os.path.join(FIX, "bpf.data")
+    assert os.path.getsize(path) < NUMPY_MIN_BYTES
+    an = analyze(path, None, None, False, False, EMPTY, None)
+    assert not an.accelerated
+    assert render_stdio(an, None, 0.0) == render_stdio(
+        analyze(path, None, None, False, False, EMPTY, None, True), None, 0.0
+    )
 
 
 PIPE = open(os.path.join(FIX, "pipe.data"), "rb").read()
