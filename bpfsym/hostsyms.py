@@ -54,7 +54,8 @@ class HostKallsyms:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", _kread.__file__, path],
-                stdin=subprocess.DEVNULL, stdout=self._file, pass_fds=(done_w,),
+                stdin=subprocess.DEVNULL, stdout=self._file, stderr=subprocess.DEVNULL,
+                pass_fds=(done_w,),
             )  # fmt: skip
         except OSError:
             self._proc = None  # no interpreter to start: text() reads it here

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -305,3 +308,31 @@ def test_host_kallsyms_looked_up_in_place_as_read_in_full() -> None:
     ips = [a + d for a in rng.sample(addrs, 3000) for d in (-1, 0, 5)]
     ips += [rng.randrange(addrs[0] - 4096, addrs[-1] + 4096) for _ in range(3000)]
     assert [here.lookup(ip) for ip in ips] == [full.lookup(ip) for ip in ips]
+
+
+@pytest.mark.parametrize("after", [0.0, 0.03, 0.08, 0.15])
+def test_ctrl_c_at_any_point_ends_with_130_and_no_traceback(after: float) -> None:
+    """SIGINT to the process group (what Ctrl-C sends), from the moment bpfsym's code runs
+    (its kallsyms memfd exists): during the imports, the reading, or the end."""
+    path = os.path.join(ROOT, "tests", "fixtures", "perfdata", "bpf.data")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "bpfsym", "report", "-i", path, "--stdio"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    fd_dir = f"/proc/{p.pid}/fd"
+    deadline = time.monotonic() + 20
+    started = False
+    while not started and time.monotonic() < deadline and p.poll() is None:
+        with contextlib.suppress(OSError):
+            started = any(
+                "bpfsym-kallsyms" in os.readlink(os.path.join(fd_dir, fd))
+                for fd in os.listdir(fd_dir)
+            )
+        time.sleep(0.001)
+    time.sleep(after)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert started or p.returncode == 0
+    assert p.returncode in (0, 130), err
+    assert b"Traceback" not in err and b"Error" not in err, err
