@@ -422,7 +422,7 @@ def annotate(
         msg = f"no BPF program matches {what}" if what else "no samples in any BPF program"
         return msg + " (see bpfsym report for what was sampled)\n", 1
     views = [
-        build_view(p, samples.get(p.id, {}), capture.kallsyms, capture.header.arch,
+        build_view(p, samples.get(p.id, {}), capture.kernel_symbols(), capture.header.arch,
                    programs=capture.programs, only=only)
         for p, only in chosen
     ]  # fmt: skip

@@ -50,7 +50,7 @@ def to_json(cap: Capture) -> dict[str, Any]:
         "lost": cap.lost,
         "torn": cap.torn,
         "warnings": cap.warnings,
-        "kallsyms": len(cap.kallsyms),
+        "kallsyms": len(cap.kernel_symbols()),
         "programs": [
             {
                 "id": p.id,
@@ -82,7 +82,7 @@ def render(cap: Capture, path: str) -> None:
     print(f"# side file: {path}")
     print(f"# host {h.hostname}, kernel {h.kernel_release} {h.arch}, boot {h.boot_id}")
     print(
-        f"# {len(cap.programs)} programs, {len(cap.kallsyms)} kernel symbols, {cap.lost} lost side-band records"
+        f"# {len(cap.programs)} programs, {len(cap.kernel_symbols())} kernel symbols, {cap.lost} lost side-band records"
     )
     for k, v in sorted(cap.sysctls.items()):
         print(f"# {k} = {v}")

@@ -28,7 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def kallsyms_lines(cap: Capture) -> list[str]:
     """The kallsyms text of a capture: kernel snapshot, then BPF functions by load time."""
     out = []
-    for s in cap.kallsyms:
+    for s in cap.kernel_symbols():
         mod = f"\t[{s.module}]" if s.module else ""
         out.append(f"{s.addr:016x} {s.type} {s.name}{mod}\n")
     progs = sorted(cap.programs, key=lambda p: (p.load_time is not None, p.load_time or 0, p.id))

@@ -124,10 +124,25 @@ class Capture:
 
     header: CaptureHeader
     programs: list[Program] = field(default_factory=list)
-    kallsyms: list[KernelSymbol] = field(default_factory=list)  # kernel part, sorted by addr
+    kallsyms: list[KernelSymbol] = field(default_factory=list)  # see kernel_symbols()
+    kallsyms_texts: list[str] = field(default_factory=list)  # KALLSYMS records, as stored
     sysctls: dict[str, str] = field(default_factory=dict)
     lost: int = 0  # PERF_RECORD_LOST side-band records
     stats: list[StatsSample] = field(default_factory=list)
     end_time: int | None = None
     torn: str = ""  # non-empty: the file ended in a torn record (writer killed); what and where
     warnings: list[str] = field(default_factory=list)
+
+    def has_kallsyms(self) -> bool:
+        return bool(self.kallsyms or self.kallsyms_texts)
+
+    def kernel_symbols(self) -> list[KernelSymbol]:
+        """The kallsyms snapshot (kernel part, then BPF trampolines and dispatchers), sorted
+        by address; read from the stored text on first use (a report reads that text
+        itself, faster)."""
+        if not self.kallsyms and self.kallsyms_texts:
+            from .hostsyms import parse_kallsyms
+
+            rows = [s for text in self.kallsyms_texts for s in parse_kallsyms(text)]
+            self.kallsyms = sorted(rows, key=lambda s: s.addr)
+        return self.kallsyms

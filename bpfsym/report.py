@@ -215,6 +215,12 @@ def _kernel_symbols(
             raise FormatError(kallsyms, 0, f"cannot read: {e.strerror}") from None
     if cap is not None and cap.kallsyms:
         return KernelSymbols(cap.kallsyms, FROM_KALLSYMS_SIDE), ""
+    if cap is not None and cap.kallsyms_texts:
+        # the kernel part as /proc/kallsyms gave it (its [bpf] lines are not kernel symbols)
+        text = "".join(t for t in cap.kallsyms_texts if "\t[bpf]" not in t)
+        if np is None:
+            return SortedKallsyms(text, FROM_KALLSYMS_SIDE), ""
+        return KernelSymbols.from_text(text, FROM_KALLSYMS_SIDE, np=np), ""
     release = os.uname().release
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
@@ -272,7 +278,7 @@ def analyze(
 
         cap = read_capture(side)
     host = take_reader()  # started by the command line while it imported this module
-    if not kallsyms and (cap is None or not cap.kallsyms) and sys.platform == "linux":
+    if not kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
         if host is None:
             host = HostKallsyms()  # read while numpy loads; most reports here need it
     elif host is not None:

@@ -20,7 +20,6 @@ from construct import ConstructError
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.formats.errors import FormatError
-from bpfsym.hostsyms import parse_kallsyms
 from bpfsym.model import (
     ORIGIN_SIDEBAND,
     Capture,
@@ -169,10 +168,7 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
             elif header is None:
                 raise FormatError(path, off, "first record is not the header")
             elif rtype == sf.KALLSYMS:  # the kernel part, then BPF trampolines and dispatchers
-                cap.kallsyms = sorted(
-                    cap.kallsyms + parse_kallsyms(payload.decode("utf-8", "replace")),
-                    key=lambda s: s.addr,
-                )
+                cap.kallsyms_texts.append(payload.decode("utf-8", "replace"))
             elif rtype == sf.SYSCTLS:
                 cap.sysctls = {s.name: s.value for s in sf.sysctls.parse(payload)}
             elif rtype == sf.PROGRAM:

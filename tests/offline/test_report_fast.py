@@ -210,6 +210,28 @@ def test_kallsyms_looked_up_in_place_answer_as_read_in_full(
         assert here.lookup(ip) == full.lookup(ip), hex(ip)
 
 
+def test_side_file_kallsyms_read_three_ways_answer_alike() -> None:
+    # a side file keeps /proc/kallsyms' kernel part and the [bpf] trampoline lines as
+    # text; report reads the text itself (in place, or with numpy), others parse it
+    from bpfsym.model import Capture, CaptureHeader
+    from bpfsym.report import _kernel_symbols
+
+    # as /proc/kallsyms has it: the kernel's own lines by address, then module lines
+    lines = [x.split("\t")[0] for x in _kallsyms_lines()]
+    kernel = "".join(f"{line}\n" for line in sorted(lines, key=lambda x: int(x.split()[0], 16)))
+    kernel += "ffffffffc0100000 t mod_fn\t[some_mod]\n"
+    bpf = "ffffffffc0200000 t bpf_trampoline_6442\t[bpf]\n"
+    cap = Capture(CaptureHeader("", "", 0, "", -1, 0), kallsyms_texts=[kernel, bpf])
+    here, _ = _kernel_symbols(None, cap, None)  # type: ignore[arg-type]
+    full, _ = _kernel_symbols(None, cap, None, np)  # type: ignore[arg-type]
+    parsed = KernelSymbols(cap.kernel_symbols(), "x")
+    assert isinstance(here, SortedKallsyms) and full is not None and here is not None
+    assert len(cap.kernel_symbols()) == len(lines) + 2  # the trampoline too, for annotate
+    for s in parsed.syms:
+        for ip in (s.addr - 1, s.addr, s.addr + 1, 0xFFFFFFFFC0200005):
+            assert here.lookup(ip) == full.lookup(ip) == parsed.lookup(ip), hex(ip)
+
+
 def test_small_files_are_read_without_numpy() -> None:
     # below NUMPY_MIN_BYTES importing numpy would cost more than it saves
     path = os.path.join(FIX, "bpf.data")

@@ -101,8 +101,9 @@ def test_big_payloads_are_compressed_and_read_back(tmp_path):
     w.close()
     assert p.stat().st_size < len(text) / 2
     cap = read_capture(str(p))
-    assert len(cap.kallsyms) == 2000
-    assert cap.kallsyms[5].name == "sym_5" and cap.kallsyms[5].addr == 0xFFFFFFFF81000005
+    assert len(cap.kernel_symbols()) == 2000
+    ks = cap.kernel_symbols()
+    assert ks[5].name == "sym_5" and ks[5].addr == 0xFFFFFFFF81000005
 
 
 def test_torn_tail_is_reported_and_earlier_records_kept(tmp_path):
