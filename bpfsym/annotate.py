@@ -168,13 +168,16 @@ def build_view(
     programs: list[Program] | None = None,
     only: str | None = None,
     little: bool = True,
+    symbols: jitdis.SymbolTable | None = None,
 ) -> ProgramView:
     """The annotated view of one program (or of its function named `only`).
 
     samples: native address -> sample count (addresses outside the program are ignored).
     programs: every captured program, so calls into other programs' functions get names.
+    symbols: the SymbolTable of kallsyms and programs, when the caller built it already.
     """
-    symbols = jitdis.SymbolTable(kallsyms, programs if programs is not None else [prog])
+    if symbols is None:
+        symbols = jitdis.SymbolTable(kallsyms, programs if programs is not None else [prog])
     insns = bpfinsn.decode(prog.xlated, little=little) if prog.xlated else []
     names = call_names(prog, symbols)
     view = ProgramView(prog.id, prog.name, prog.tag, arch, 0, [])
@@ -421,9 +424,11 @@ def annotate(
         what = symbol if symbol is not None else f"program {prog_id}" if prog_id else None
         msg = f"no BPF program matches {what}" if what else "no samples in any BPF program"
         return msg + " (see bpfsym report for what was sampled)\n", 1
+    kallsyms = capture.kernel_symbols()
+    symbols = jitdis.SymbolTable(kallsyms, capture.programs)
     views = [
-        build_view(p, samples.get(p.id, {}), capture.kernel_symbols(), capture.header.arch,
-                   programs=capture.programs, only=only)
+        build_view(p, samples.get(p.id, {}), kallsyms, capture.header.arch,
+                   programs=capture.programs, only=only, symbols=symbols)
         for p, only in chosen
     ]  # fmt: skip
     if as_json:
