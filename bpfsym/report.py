@@ -218,9 +218,7 @@ def _kernel_symbols(
     if cap is not None and cap.kallsyms_texts:
         # the kernel part as /proc/kallsyms gave it (its [bpf] lines are not kernel symbols)
         text = "".join(t for t in cap.kallsyms_texts if "\t[bpf]" not in t)
-        if np is None:
-            return SortedKallsyms(text, FROM_KALLSYMS_SIDE), ""
-        return KernelSymbols.from_text(text, FROM_KALLSYMS_SIDE, np=np), ""
+        return _kallsyms_text(text, FROM_KALLSYMS_SIDE, "", np), ""
     release = os.uname().release
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
@@ -244,14 +242,18 @@ def _host(
         text = host.text() if host is not None else read_host_kallsyms()
     except OSError as e:
         return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
-    note = f"{FROM_KALLSYMS_HOST} ({note})"
-    if np is None:  # no numpy to read all of it: looked up where it lies
-        ks: KernelSymbols = SortedKallsyms(text, FROM_KALLSYMS_HOST, note)
-    else:
-        ks = KernelSymbols.from_text(text, FROM_KALLSYMS_HOST, note, np)
+    ks = _kallsyms_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})", np)
     if not len(ks):
         return None, "no kallsyms: /proc/kallsyms addresses are hidden (kernel.kptr_restrict)"
     return ks, ""
+
+
+def _kallsyms_text(text: str, origin: str, note: str, np: Any) -> KernelSymbols:
+    """Kernel symbols of a kallsyms text as /proc/kallsyms gives it: read in full with
+    numpy, else looked up where it lies (the kernel's own lines are sorted)."""
+    if np is None:
+        return SortedKallsyms(text, origin, note)
+    return KernelSymbols.from_text(text, origin, note, np)
 
 
 def analyze(
@@ -448,6 +450,7 @@ class _Aggregator:
         self.sym = Symbolizer(None, "", cap)
         self.sym.elf.np = np
         self.ready = False
+        self.header_set = False  # pipe mode: the header comes in the data
         self.events: dict[int, EventStats] = {}
         self.lost = 0
         self.nrec = 0
@@ -470,8 +473,14 @@ class _Aggregator:
         sym.kernel, sym.kernel_note = _kernel_symbols(
             pd, self.cap, self.kallsyms, self.np, self.host
         )
-        sym.set_header(pd.header.bpf_progs, pd.header.btfs, pd.header.build_ids)
+        if not self.header_set:
+            self._set_header()
         self.ready = True
+
+    def _set_header(self) -> None:
+        h = self.pd.header
+        self.sym.set_header(h.bpf_progs, h.btfs, h.build_ids)
+        self.header_set = True
 
     def run(self) -> None:
         pd = self.pd
@@ -777,7 +786,7 @@ class _BulkAggregator(_Aggregator):
         super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
         self.bulk = bulk
         self.parallel = parallel
-        self.sym.set_header(pd.header.bpf_progs, pd.header.btfs, pd.header.build_ids)
+        self._set_header()  # file mode: before any side-band record
         self.ev0 = ev0
         offs = field_offsets(pd.L.sample_prefix(ev0.sample_type))
         self.prefix_size = ev0.prefix.size
@@ -803,13 +812,6 @@ class _BulkAggregator(_Aggregator):
         self.chain_list: list[tuple[Sym, ...]] = []
 
     # ---- reading -----------------------------------------------------------
-
-    def _prepare(self) -> None:
-        sym = self.sym  # the header went in at __init__
-        sym.kernel, sym.kernel_note = _kernel_symbols(
-            self.pd, self.cap, self.kallsyms, self.np, self.host
-        )
-        self.ready = True
 
     def run(self) -> None:
         halves = self._halves()
@@ -923,12 +925,12 @@ class _BulkAggregator(_Aggregator):
         """Add the other part's aggregates, its symbols made these when they are alike."""
         events, total, lost, seq, side_used = body
         same: dict[tuple, Sym] = {}
-        for st in self.events.values():
-            for key in st.rows:
+        for ours in self.events.values():
+            for key in ours.rows:
                 for x in key:
                     if type(x) is Sym:
                         same.setdefault(_sym_identity(x), x)
-            for _head, chain in st.stacks:
+            for _head, chain in ours.stacks:
                 for x in chain:
                     same.setdefault(_sym_identity(x), x)
 
@@ -940,28 +942,15 @@ class _BulkAggregator(_Aggregator):
             return got
 
         for e, samples, period, rows, stacks in events:
-            got = self.events.get(e)
-            if got is None:
-                got = self.events[e] = EventStats(self.pd.attrs[e])
-            st = got
+            st = self.events.get(e)
+            if st is None:
+                st = self.events[e] = EventStats(self.pd.attrs[e])
             st.samples += samples
             st.period += period
-            for key, (p, n) in rows.items():
-                key = tuple(mine(x) if type(x) is Sym else x for x in key)
-                r = st.rows.get(key)
-                if r is None:
-                    st.rows[key] = [p, n]
-                else:
-                    r[0] += p
-                    r[1] += n
-            for (head, chain), (p, n) in stacks.items():
-                sk = (head, tuple(mine(x) for x in chain))
-                r = st.stacks.get(sk)
-                if r is None:
-                    st.stacks[sk] = [p, n]
-                else:
-                    r[0] += p
-                    r[1] += n
+            for key, pn in rows.items():
+                _add_to(st.rows, tuple(mine(x) if type(x) is Sym else x for x in key), pn)
+            for (head, chain), pn in stacks.items():
+                _add_to(st.stacks, (head, tuple(mine(x) for x in chain)), pn)
         self.total += total
         self.lost += lost
         self.nrec = max(self.seq, seq)
@@ -1845,6 +1834,16 @@ class _Members:
         return self.perm[self.starts[g] : self.starts[g + 1]]
 
 
+def _add_to(totals: dict[tuple, list[int]], key: tuple, pn: list[int]) -> None:
+    """Add [period, samples] pn to totals[key]."""
+    r = totals.get(key)
+    if r is None:
+        totals[key] = list(pn)
+    else:
+        r[0] += pn[0]
+        r[1] += pn[1]
+
+
 def _sym_identity(s: Sym) -> tuple:
     """What makes two Sym objects (from two reading processes) the same symbol."""
     f = s.bpf
@@ -1860,7 +1859,7 @@ class _Progress:
     """A progress bar on stderr, only on a TTY and only for large files."""
 
     def __init__(self, pd: PerfData, size: int | None = None) -> None:
-        self.size = pd.file_size or 0 if size is None else size  # or a part's share
+        self.size = (pd.file_size or 0) if size is None else size  # or a part's share
         self.on = self.size >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
         self.next = 0
         self.step = max(self.size // 100, 1)
@@ -1889,15 +1888,8 @@ def _cell(key: str, comm: str, tid: int, cpu: int, s: Sym, ip: int) -> str:
         return f"{tid:>7}:{comm}"
     if key == "cpu":
         return f"{cpu:03d}"
-    if key == "dso":
-        return s.dso
-    if key == "sym":
-        return s.label
-    if key == "prog":
-        return s.prog or "[not bpf]"
-    if key == "func":
-        return s.name
-    return s.srcline(ip)
+    cell = SYM_CELLS.get(key)
+    return cell(s) if cell is not None else s.srcline(ip)
 
 
 def _unpack_key(key: tuple, keys: list[str]) -> tuple[str, int, int, Sym, int]:
@@ -1922,7 +1914,7 @@ STACK_HEAD_KEYS = ("comm", "pid", "cpu")  # the columns a stack's head gives
 SYM_KEYS = ("dso", "sym", "prog", "func")
 SYM_CELLS: dict[str, Callable[[Sym], str]] = {  # _cell of the symbol's columns, by key
     "dso": operator.attrgetter("dso"),
-    "sym": lambda s: f"[{s.kind}] {s.name}",
+    "sym": operator.attrgetter("label"),
     "prog": lambda s: s.prog or "[not bpf]",
     "func": operator.attrgetter("name"),
 }
