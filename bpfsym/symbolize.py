@@ -167,8 +167,8 @@ class BpfTimeline:
         self._max_size = 0
         self._dirty = False
         self.by_addr: dict[int, list[BpfFunc]] = {}
-        self._lo = 1 << 64  # [lo, hi): what any function ever covered
-        self._hi = 0
+        self.lo = 1 << 64  # [lo, hi): what any function ever covered
+        self.hi = 0
 
     def add(self, fn: BpfFunc) -> None:
         # perf gives every KSYMBOL its own DSO, named like the symbol
@@ -176,8 +176,8 @@ class BpfTimeline:
         self.funcs.append(fn)
         self.by_addr.setdefault(fn.addr, []).append(fn)
         self._max_size = max(self._max_size, fn.size)
-        self._lo = min(self._lo, fn.addr)
-        self._hi = max(self._hi, fn.addr + max(fn.size, 1))
+        self.lo = min(self.lo, fn.addr)
+        self.hi = max(self.hi, fn.addr + max(fn.size, 1))
         self._dirty = True
 
     def rename(self, fn: BpfFunc, name: str) -> None:
@@ -191,7 +191,7 @@ class BpfTimeline:
                 return
 
     def candidates(self, ip: int) -> list[BpfFunc]:
-        if not self._lo <= ip < self._hi:
+        if not self.lo <= ip < self.hi:
             return []
         if self._dirty:
             self._sorted = sorted(self.funcs, key=lambda f: f.addr)
@@ -337,10 +337,8 @@ class KernelSymbols:
         return len(self._addrs) if self._addrs is not None else len(self._addr_np)
 
     def lookup(self, ip: int) -> KernelSymbol | None:
-        i = bisect.bisect_right(self.addrs, ip) - 1
-        if i < 0:
-            return None
-        return self.at(i)
+        i = self.index(ip)
+        return self.at(i) if i >= 0 else None
 
     def addr_array(self, np: Any) -> Any:
         """The symbols' start addresses as a numpy uint64 array (for bulk lookups)."""
@@ -664,7 +662,7 @@ class Symbolizer:
     def bpf_envelope(self) -> tuple[int, int]:
         """[lo, hi) around every BPF function ever known (lo >= hi: none)."""
         a, b = self.bpf_side, self.bpf_perf
-        return min(a._lo, b._lo), max(a._hi, b._hi)
+        return min(a.lo, b.lo), max(a.hi, b.hi)
 
     def resolve_user(self, pid: int, ip: int) -> Sym:
         cache = self.ucache.get(pid)
@@ -700,8 +698,11 @@ class Symbolizer:
         hit = elf.lookup(rel)
         if hit is None:
             return self.unresolved(dso, ".", rel, elf.why_missing or "no symbol covers the address")
-        name, start = hit
-        key = (m.filename, start)
+        return self._elf_sym(m.filename, dso, hit[1], hit[0])
+
+    def _elf_sym(self, filename: str, dso: str, start: int, name: str) -> Sym:
+        """The Sym of the function (or PLT stub) at start in filename: one per symbol."""
+        key = (filename, start)
         s = self._unres.get(key)
         if s is None:
             s = self._unres[key] = Sym(name, dso, ".", FROM_ELF, start=start)
@@ -739,25 +740,13 @@ class Symbolizer:
         ends = np.array([elf._hit(k)[0] for k in hit_l], dtype=np.uint64)
         at = np.searchsorted(hit, np.where(ok, i, 0))
         ok &= vaddr < ends[np.minimum(at, max(len(hit) - 1, 0))] if len(hit) else False
-        syms: list[Sym] = []
-        for k in hit_l:
-            start = elf.starts[k]
-            key = (m.filename, start)
-            sy = self._unres.get(key)
-            if sy is None:
-                sy = self._unres[key] = Sym(elf._hit(k)[1], dso, ".", FROM_ELF, start=start)
-            syms.append(sy)
+        syms = [self._elf_sym(m.filename, dso, elf.starts[k], elf._hit(k)[1]) for k in hit_l]
         codes = np.where(ok, at, 0).astype(np.int64)
         if stub is not None and plt is not None:
             sel = np.flatnonzero(stub)
             entry, inv = unique(np, (vaddr[sel] - np.uint64(plt.lo)) // np.uint64(plt.entry))
             for k in entry.tolist():
-                start = plt.lo + k * plt.entry
-                key = (m.filename, start)
-                sy = self._unres.get(key)
-                if sy is None:
-                    sy = self._unres[key] = Sym(plt.name(k), dso, ".", FROM_ELF, start=start)
-                syms.append(sy)
+                syms.append(self._elf_sym(m.filename, dso, plt.lo + k * plt.entry, plt.name(k)))
             codes[sel] = inv + (len(syms) - len(entry))
             ok |= stub
         miss = np.flatnonzero(~ok)
@@ -813,20 +802,9 @@ class SortedKallsyms(KernelSymbols):
             else:
                 lo = end + 1
         self.core_end = min(lo, len(text))
-        mods: dict[int, KernelSymbol] = {}
-        for line in text[self.core_end :].splitlines():
-            parts = line.split(None, 3)
-            if len(parts) < 3 or parts[1] not in KALLSYMS_TYPES:
-                continue
-            try:
-                addr = int(parts[0], 16)
-            except ValueError:
-                continue
-            if addr:
-                mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
-                mods[addr] = KernelSymbol(addr, parts[1], parts[2], mod)  # the last one
-        self._mod_addrs = sorted(mods)
-        self._mods = [mods[a] for a in self._mod_addrs]
+        mods = KernelSymbols.from_text(text[self.core_end :], origin)  # a few lines, in full
+        self._mod_addrs = mods.addrs
+        self._mods = mods.syms
         self._made: dict[int, KernelSymbol] = {}
         grid = sorted({self._start(p) for p in range(0, self.core_end, GRID_BYTES)})
         self._grid = grid  # line starts about GRID_BYTES apart, and their addresses
@@ -842,12 +820,6 @@ class SortedKallsyms(KernelSymbols):
 
     def _addr(self, start: int) -> int:
         return int(self.text[start : start + self._width], 16)
-
-    def _wanted(self, start: int) -> bool:
-        w = self._width
-        return self.text[start + w + 1 : start + w + 2] in KALLSYMS_TYPES and bool(
-            self._addr(start)
-        )
 
     def __len__(self) -> int:
         core = self.text.count("\n", 0, self.core_end)
@@ -903,18 +875,14 @@ class SortedKallsyms(KernelSymbols):
             s = self._made[i] = KernelSymbol(int(parts[0], 16), parts[1], parts[2], "")
         return s
 
-    def lookup(self, ip: int) -> KernelSymbol | None:
-        i = self.index(ip)
-        return self.at(i) if i >= 0 else None
-
     def _order(self) -> list[int]:
         """Every symbol's index, by address (as KernelSymbols lists them)."""
         by_addr: dict[int, int] = {}
-        start = 0
-        while start < self.core_end:
-            if self._wanted(start):
-                by_addr[self._addr(start)] = start
-            start = self._end(start) + 1
+        for j in range(len(self._grid)):
+            starts, addrs, wanted = self._window(j)
+            for start, a, w in zip(starts, addrs, wanted, strict=True):
+                if w:
+                    by_addr[a] = start
         for k, a in enumerate(self._mod_addrs):
             by_addr[a] = self.core_end + k
         return [by_addr[a] for a in sorted(by_addr)]
