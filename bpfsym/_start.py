@@ -15,14 +15,19 @@ def _quit(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-def main() -> None:
-    signal.signal(signal.SIGINT, _quit)  # until the modules are in
-    argv = sys.argv[1:]
+def prestart(argv: list[str]) -> str | None:
+    """The command argv names; for a report, the kallsyms reader is started now."""
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen == "report" and sys.platform == "linux" and not {"-h", "--help"} & set(argv):
         from bpfsym.hostsyms import start_reading
 
-        start_reading()
+        start_reading()  # once: cli.main calls this again for callers that skip main()
+    return chosen
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, _quit)  # until the modules are in
+    chosen = prestart(sys.argv[1:])
     from bpfsym import cli
 
     if chosen in cli.COMMANDS:

@@ -12,6 +12,7 @@ import os
 import sys
 
 from bpfsym import __version__
+from bpfsym._start import prestart
 from bpfsym.formats.errors import FormatError
 
 COMMANDS = {
@@ -64,11 +65,7 @@ def _parser(chosen: str | None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    if chosen == "report" and sys.platform == "linux" and not {"-h", "--help"} & set(argv):
-        from bpfsym.hostsyms import start_reading
-
-        start_reading()  # /proc/kallsyms is kernel time: let it run beside the imports
+    chosen = prestart(argv)  # /proc/kallsyms is kernel time: it runs beside the imports
     parser = _parser(chosen if chosen in COMMANDS else None)
     if chosen in COMMANDS:
         mod = importlib.import_module(COMMANDS[chosen][0])
