@@ -1063,12 +1063,10 @@ class _BulkAggregator(_Aggregator):
         numpy record type over whole words, and its length in words."""
         np, pd = self.np, self.pd
         e = "<" if pd.little else ">"
-        pos = self.pos
-        fields: list[tuple[str, str, int]] = [("misc", "u2", 4), ("size", "u2", 6)]
-        for name, kind in (("ip", "u8"), ("pid", "u4"), ("tid", "u4"), ("time", "u8"),
-                           ("cpu", "u4"), ("period", "u8")):  # fmt: skip
-            if name in pos:
-                fields.append((name, kind, 8 + pos[name]))
+        # (name, numpy kind, offset) of the fields used, from the formats declarations
+        fields = _unsigned_fields(pd.L.header, 0, ("misc", "size"))
+        prefix = pd.L.sample_prefix(self.ev0.sample_type)
+        fields += _unsigned_fields(prefix, 8, ("ip", "pid", "tid", "time", "cpu", "period"))
         if len(pd.attrs) > 1 and pd.sample_id_pos is not None:
             fields.append(("id", "u8", 8 + pd.sample_id_pos))
         end = 8 + self.prefix_size
@@ -1832,6 +1830,18 @@ class _Members:
             counts = np.bincount(self.inv, minlength=self.n)
             self.starts = np.concatenate(([0], np.cumsum(counts)))
         return self.perm[self.starts[g] : self.starts[g + 1]]
+
+
+def _unsigned_fields(decl: Any, base: int, names: tuple[str, ...]) -> list[tuple[str, str, int]]:
+    """(name, numpy unsigned kind, byte offset from base) of the named fields of a
+    construct Struct of fixed-size unsigned integers."""
+    out = []
+    pos = base
+    for sc in decl.subcons:
+        if sc.name in names:
+            out.append((sc.name, f"u{sc.sizeof()}", pos))
+        pos += sc.sizeof()
+    return out
 
 
 def _add_to(totals: dict[tuple, list[int]], key: tuple, pn: list[int]) -> None:
