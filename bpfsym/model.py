@@ -126,6 +126,7 @@ class Capture:
     programs: list[Program] = field(default_factory=list)
     kallsyms: list[KernelSymbol] = field(default_factory=list)  # see kernel_symbols()
     kallsyms_texts: list[str] = field(default_factory=list)  # KALLSYMS records, as stored
+    kallsyms_at: list[tuple[str, int]] = field(default_factory=list)  # (file, offset) of each
     sysctls: dict[str, str] = field(default_factory=dict)
     lost: int = 0  # PERF_RECORD_LOST side-band records
     stats: list[StatsSample] = field(default_factory=list)
@@ -143,6 +144,20 @@ class Capture:
         if not self.kallsyms and self.kallsyms_texts:
             from .hostsyms import parse_kallsyms
 
-            rows = [s for text in self.kallsyms_texts for s in parse_kallsyms(text)]
+            rows = []
+            for i, text in enumerate(self.kallsyms_texts):
+                try:
+                    rows += parse_kallsyms(text)
+                except ValueError as e:
+                    raise self.bad_kallsyms(i, e) from None
             self.kallsyms = sorted(rows, key=lambda s: s.addr)
         return self.kallsyms
+
+    def bad_kallsyms(self, i: int, e: Exception) -> Exception:
+        """The FormatError for KALLSYMS record i that does not parse (as read_capture said
+        when it parsed them at once)."""
+        from .formats.errors import FormatError
+        from .formats.sidefile import KALLSYMS
+
+        path, off = self.kallsyms_at[i] if i < len(self.kallsyms_at) else ("side file", 0)
+        return FormatError(path, off, f"bad record of type {KALLSYMS}: {type(e).__name__}")

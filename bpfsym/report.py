@@ -28,7 +28,13 @@ from .formats import perf as K
 from .formats import perfdata as F
 from .formats import struct_of as formats_struct_of
 from .formats.errors import FormatError
-from .hostsyms import HostKallsyms, host_boot_id, read_host_kallsyms, take_reader
+from .hostsyms import (
+    HostKallsyms,
+    host_boot_id,
+    parse_kallsyms,
+    read_host_kallsyms,
+    take_reader,
+)
 from .perfdata import EventAttr, NotBulk, PerfData, field_offsets, fixed_head
 from .symbolize import (
     FROM_KALLSYMS_HOST,
@@ -217,8 +223,12 @@ def _kernel_symbols(
         return KernelSymbols(cap.kallsyms, FROM_KALLSYMS_SIDE), ""
     if cap is not None and cap.kallsyms_texts:
         # the kernel part as /proc/kallsyms gave it (its [bpf] lines are not kernel symbols)
-        text = "".join(t for t in cap.kallsyms_texts if "\t[bpf]" not in t)
-        return _kallsyms_text(text, FROM_KALLSYMS_SIDE, "", np), ""
+        kept = [i for i, t in enumerate(cap.kallsyms_texts) if "\t[bpf]" not in t]
+        text = "".join(cap.kallsyms_texts[i] for i in kept)
+        first = kept[0] if kept else 0
+        return _kallsyms_text(
+            text, FROM_KALLSYMS_SIDE, "", np, lambda e: cap.bad_kallsyms(first, e)
+        ), ""
     release = os.uname().release
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
@@ -248,12 +258,23 @@ def _host(
     return ks, ""
 
 
-def _kallsyms_text(text: str, origin: str, note: str, np: Any) -> KernelSymbols:
+def _kallsyms_text(
+    text: str, origin: str, note: str, np: Any, bad: Callable[[Exception], Exception] | None = None
+) -> KernelSymbols:
     """Kernel symbols of a kallsyms text as /proc/kallsyms gives it: read in full with
-    numpy, else looked up where it lies (the kernel's own lines are sorted)."""
+    numpy, else looked up where it lies (the kernel's own lines are sorted). A line
+    that does not parse raises bad(error) (default: a FormatError naming origin)."""
     if np is None:
-        return SortedKallsyms(text, origin, note)
-    return KernelSymbols.from_text(text, origin, note, np)
+        return SortedKallsyms(text, origin, note, bad)
+    ks = KernelSymbols.from_text(text, origin, note, np)
+    if ks._line is None:  # not plain kallsyms: the line reader skipped what did not parse
+        try:
+            parse_kallsyms(text)
+        except ValueError as e:
+            raise (
+                bad(e) if bad else FormatError(origin, 0, f"not a kallsyms line ({e})")
+            ) from None
+    return ks
 
 
 def analyze(

@@ -169,6 +169,7 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
                 raise FormatError(path, off, "first record is not the header")
             elif rtype == sf.KALLSYMS:  # the kernel part, then BPF trampolines and dispatchers
                 cap.kallsyms_texts.append(payload.decode("utf-8", "replace"))
+                cap.kallsyms_at.append((path, off))  # parsed when used: bad lines say so then
             elif rtype == sf.SYSCTLS:
                 cap.sysctls = {s.name: s.value for s in sf.sysctls.parse(payload)}
             elif rtype == sf.PROGRAM:

@@ -15,6 +15,7 @@ import mmap
 import os
 import struct
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from .formats import perfdata as F
 from .formats import struct_of
 from .formats.elf import elf_layouts
 from .formats.errors import FormatError
+from .hostsyms import parse_kallsyms
 from .model import Capture, KernelSymbol, LineEntry
 
 # where a symbol came from (the report header counts these)
@@ -785,13 +787,21 @@ class SortedKallsyms(KernelSymbols):
     and the kernel's lookups rely on it), so a lookup is a binary search over the text's
     lines; the module lines after them ("\t[name]") are read in full. It answers as
     KernelSymbols does: wanted types only, no zero addresses, the last line of one address.
-    A symbol's index is its line's offset in the text (module symbols: past the kernel's)."""
+    A symbol's index is its line's offset in the text (module symbols: past the kernel's).
+    A line found not to parse raises bad(error) (default: a FormatError naming origin)."""
 
-    def __init__(self, text: str, origin: str, note: str = "") -> None:
+    def __init__(
+        self,
+        text: str,
+        origin: str,
+        note: str = "",
+        bad: Callable[[Exception], Exception] | None = None,
+    ) -> None:
         self.origin = origin
         self.note = note or origin
         self._line = None
         self.text = text
+        self._bad = bad or (lambda e: FormatError(origin, 0, f"not a kallsyms line ({e})"))
         self._width = max(text.find(" "), 1)
         lo, hi = 0, len(text)  # the first module line: the kernel's lines have no "\t["
         while lo < hi:
@@ -802,7 +812,10 @@ class SortedKallsyms(KernelSymbols):
             else:
                 lo = end + 1
         self.core_end = min(lo, len(text))
-        mods = KernelSymbols.from_text(text[self.core_end :], origin)  # a few lines, in full
+        try:  # the few module lines, in full
+            mods = KernelSymbols(parse_kallsyms(text[self.core_end :]), origin)
+        except ValueError as e:
+            raise self._bad(e) from None
         self._mod_addrs = mods.addrs
         self._mods = mods.syms
         self._made: dict[int, KernelSymbol] = {}
@@ -819,7 +832,10 @@ class SortedKallsyms(KernelSymbols):
         return len(self.text) if end < 0 else end
 
     def _addr(self, start: int) -> int:
-        return int(self.text[start : start + self._width], 16)
+        try:
+            return int(self.text[start : start + self._width], 16)
+        except ValueError as e:
+            raise self._bad(e) from None
 
     def __len__(self) -> int:
         core = self.text.count("\n", 0, self.core_end)
@@ -837,7 +853,10 @@ class SortedKallsyms(KernelSymbols):
             w = self._width
             pos = start
             for line in self.text[start:end].splitlines(keepends=True):
-                a = int(line[:w], 16)
+                try:
+                    a = int(line[:w], 16)
+                except ValueError as e:
+                    raise self._bad(e) from None
                 starts.append(pos)
                 addrs.append(a)
                 wanted.append(line[w + 1 : w + 2] in KALLSYMS_TYPES and a != 0)

@@ -4,6 +4,7 @@ or torn files give FormatError / a torn-tail report, never anything else."""
 from __future__ import annotations
 
 import os
+import re
 import zlib
 
 import pytest
@@ -172,3 +173,32 @@ def test_payload_parsers_raise_construct_errors_only():
                 fmt.parse(raw[:cut])
             except (ConstructError, UnicodeDecodeError):
                 pass
+
+
+@pytest.mark.parametrize("bad_line", [b"zzzzzzzz8100ffff T not_hex\n", b"ffffffff81000001\n"])
+def test_a_kallsyms_line_that_does_not_parse_is_one_error_line(tmp_path, bad_line):
+    # KALLSYMS text is read when used (report, annotate, dump): a bad line, even under a
+    # good CRC, still gives a FormatError naming the file and the record's offset
+    p = tmp_path / "k.bpfsym"
+    lines = [b"ffffffff8100%04x T sym_%d\n" % (i, i) for i in range(3000)]
+    lines[1500] = bad_line
+    w = SideFileWriter(str(p))
+    w.put(sf.HEADER, HEADER)
+    w.write(sf.KALLSYMS, b"".join(lines))
+    w.close()
+    cap = read_capture(str(p))
+    if bad_line.count(b" ") < 2:  # fewer than three fields: not a symbol line, skipped
+        assert len(cap.kernel_symbols()) == 2999
+        return
+    with pytest.raises(FormatError, match=rf"^{re.escape(str(p))}: offset \d+: bad record of type"):
+        cap.kernel_symbols()
+    import numpy
+
+    from bpfsym.report import _kernel_symbols
+
+    for np in (None, numpy):  # in place (small reports) and in full
+        with pytest.raises(FormatError, match=rf"^{re.escape(str(p))}: offset \d+: bad record"):
+            ks, _ = _kernel_symbols(None, read_capture(str(p)), None, np)  # type: ignore[arg-type]
+            assert ks is not None
+            for i in range(3000):
+                ks.lookup(0xFFFFFFFF81000000 + i)
