@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from perftext import event_counts, sections
+from perftext import event_counts, is_bpf_func, sections
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures", "perfdata")
@@ -138,7 +138,7 @@ def test_flat_percentages_equal_perf_system_wide(pins: str, tmp_path: object) ->
 
     o = dso_rows(bpfsym("report", "-i", data, "--no-side", "--sort", "dso,sym"))
     p = dso_rows(perf_report(data, "--no-children", "-g", "none", "--sort", "dso,sym"))
-    bpf_rows = [k for k in o if k[1].startswith("[k] bpf_prog_")]
+    bpf_rows = [k for k in o if is_bpf_func(k[1])]
     assert bpf_rows and all(d == s[4:] for d, s in bpf_rows)
     same = [k for k in o if k in p]
     assert len(same) > 50 and all(abs(o[k] - p[k]) <= 0.0101 for k in same)
@@ -206,8 +206,7 @@ def test_side_file_names_and_kallsyms_file(pins: str, tmp_path: object) -> None:
     perf = perf_report(data, "--no-children", "-g", "none", "--sort", "sym")
     n, covered = compare(ours, perf, perf_renames(data, while_loaded))
     assert n > 20
-    jit = re.compile(r"\[k\] bpf_prog_[0-9a-f]{16}")
-    bpf = {s[4:] for s in sections(ours)["cpu-clock"] if jit.match(s)}
+    bpf = {s[4:] for s in sections(ours)["cpu-clock"] if is_bpf_func(s)}
     assert any(b.endswith("_burn_mix") for b in bpf) and bpf <= set(while_loaded.values())
     # the kallsyms file holds every BPF function seen, also the unloaded xdp_burn
     ksyms = os.path.join(str(tmp_path), "ksyms")

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import re
 
+# a JIT-ed BPF function's kallsyms name, as a `[k] ` symbol cell; kernel functions
+# such as bpf_prog_fill_jited_linfo share the bpf_prog_ prefix but not the tag
+BPF_FUNC = re.compile(r"\[k\] bpf_prog_[0-9a-f]{16}(?:_|$)")
+
+
+def is_bpf_func(cell: str) -> bool:
+    return BPF_FUNC.match(cell) is not None
+
 
 def sections(text: str) -> dict[str, dict[str, float]]:
     """perf-style --sort sym output -> {event: {symbol: percent}} (symbols summed)."""

@@ -19,7 +19,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perftext import event_counts, sections
+from perftext import event_counts, is_bpf_func, sections
 
 from bpfsym.formats.errors import FormatError
 from bpfsym.report import analyze, render_stdio
@@ -78,10 +78,10 @@ def test_bpf_symbols_and_totals_match_perf(name: str) -> None:
     for ev, rows in perf_s.items():
         want: dict[str, float] = {}
         for sym, pct in rows.items():
-            if sym.startswith("[k] bpf_prog_"):
+            if is_bpf_func(sym):
                 n = sym[4:]
                 want[rename.get(n, n)] = want.get(rename.get(n, n), 0.0) + pct
-        got = {s[4:]: p for s, p in ours_s[ev].items() if s.startswith("[k] bpf_prog_")}
+        got = {s[4:]: p for s, p in ours_s[ev].items() if is_bpf_func(s)}
         assert set(got) == set(want)
         assert set(got) <= kallsyms  # every BPF name is exactly as /proc/kallsyms had it
         for sym, pct in want.items():
