@@ -106,12 +106,15 @@ def entry() -> None:
 
     Freeing a large report's objects one by one at exit took 40-70 ms; the output is
     flushed first and nothing bpfsym holds needs a goodbye."""
-    code = main()
+    try:
+        code = main()  # Ctrl-C before a command's own handling (parsing the options) too
+    except KeyboardInterrupt:
+        code = 130
     try:
         sys.stdout.flush()
-    except BrokenPipeError:
+        sys.stderr.flush()
+    except (BrokenPipeError, KeyboardInterrupt):
         pass
-    sys.stderr.flush()
     os._exit(code)
 
 
