@@ -21,6 +21,7 @@ from .formats import perf as K
 from .formats import perfdata as F
 from .formats import struct_of
 from .formats.bpf import prog_info as prog_info_layout
+from .formats.bpf import prog_info_values
 from .formats.errors import FormatError
 
 CHUNK = 1 << 20
@@ -34,13 +35,6 @@ SOFTWARE_EVENT_NAMES = [
 # (perf_event_ksymbol_output, perf_event_bpf_output, perf_event_text_poke_output add it to
 # one shared header): their sample_id sits right after the body, not at the record's end
 TRAILER_AFTER_BODY = (K.RECORD_KSYMBOL, K.RECORD_BPF_EVENT, K.RECORD_TEXT_POKE)
-
-
-def fixed_head(decl: Struct, upto: str) -> tuple[struct.Struct, tuple[str, ...]]:
-    """The struct.Struct of a declaration's fixed-size fields before the field `upto`
-    (a record's string tail, read by the caller)."""
-    names = [sc.name for sc in decl.subcons]
-    return struct_of(Struct(*decl.subcons[: names.index(upto)]))
 
 
 def field_offsets(decl: Struct) -> dict[str, int]:
@@ -608,25 +602,23 @@ def parse_bpf_prog_info(
 def _bpil_entries(
     L: F.PerfDataLayouts, data: bytes, pos: int, count: int | None, path: str, offset: int
 ) -> list[BpfProgInfo]:
-    pi = prog_info_layout(L.little)
-    ours = pi.sizeof()
+    ours = prog_info_layout(L.little).sizeof()
+    bpil = struct_of(L.bpil)[0]  # info_len, data_len, arrays
     out: list[BpfProgInfo] = []
     while (count is None and pos < len(data)) or (count is not None and len(out) < count):
-        if pos + 16 > len(data):
+        if pos + bpil.size > len(data):
             raise FormatError(path, offset + pos, "truncated bpf_prog_info entry")
-        h = L.bpil.parse(data[pos : pos + 16])
-        if h.info_len < 8 or h.info_len > 4096 or h.data_len > len(data):
-            raise FormatError(path, offset + pos, f"bpf_prog_info of {h.info_len} bytes")
-        ipos = pos + 16
-        dpos = ipos + h.info_len
-        if dpos + h.data_len > len(data):
+        info_len, data_len, have = bpil.unpack_from(data, pos)
+        if info_len < 8 or info_len > 4096 or data_len > len(data):
+            raise FormatError(path, offset + pos, f"bpf_prog_info of {info_len} bytes")
+        ipos = pos + bpil.size
+        dpos = ipos + info_len
+        if dpos + data_len > len(data):
             raise FormatError(path, offset + pos, "bpf_prog_info arrays run past the section")
-        raw = data[ipos:dpos][:ours].ljust(ours, b"\0")
-        info = dict(parse_at(pi, raw, path, offset + ipos, "bpf_prog_info"))
-        info.pop("_io", None)
-        arrays = data[dpos : dpos + h.data_len]
-        out.append(_bpil_arrays(L, info, h.arrays, arrays))
-        pos = dpos + h.data_len
+        info = prog_info_values(data[ipos : ipos + min(info_len, ours)], L.little)
+        arrays = data[dpos : dpos + data_len]
+        out.append(_bpil_arrays(L, info, have, arrays))
+        pos = dpos + data_len
     if count is not None and pos != len(data):
         raise FormatError(path, offset + pos, "bpf_prog_info count does not match the section")
     return out

@@ -32,12 +32,12 @@ def program_from_blobs(
 ) -> Program:
     """A Program from what live.progs.fetch_blobs returned (or a side file stored)."""
     order = "<" if little else ">"
-    info = fb.prog_info(little).parse(blobs["info"].ljust(fb.prog_info(little).sizeof(), b"\0"))
+    info = fb.prog_info_values(blobs["info"], little)
     btf = blobs.get("btf")
-    funcs = btfinfo.resolve_funcs(btf, blobs.get("func_info", b""), int(info.func_info_rec_size))
+    funcs = btfinfo.resolve_funcs(btf, blobs.get("func_info", b""), int(info["func_info_rec_size"]))
     jited_lines = _ints(blobs.get("jited_line_info", b""), order + "Q")
     lines = btfinfo.resolve_lines(
-        btf, blobs.get("line_info", b""), int(info.line_info_rec_size), jited_lines
+        btf, blobs.get("line_info", b""), int(info["line_info_rec_size"]), jited_lines
     )
     tags = [
         blobs.get("prog_tags", b"")[i : i + 8]
@@ -48,35 +48,35 @@ def program_from_blobs(
     image = blobs.get("jited", b"")
     prog = Program(
         id=prog_id,
-        name=str(info.name),
-        tag=bytes(info.tag).hex(),
-        type=int(info.type),
+        name=str(info["name"]),
+        tag=bytes(info["tag"]).hex(),
+        type=int(info["type"]),
         load_time=load_time,
         xlated=blobs.get("xlated") or None,
         btf=btf or None,
-        btf_id=int(info.btf_id),
+        btf_id=int(info["btf_id"]),
         func_info=funcs,
         lines=lines,
         map_ids=_ints(blobs.get("map_ids", b""), order + "I"),
         prog_tags=[t.hex() for t in tags],
-        run_time_ns=int(info.run_time_ns),
-        run_cnt=int(info.run_cnt),
-        recursion_misses=int(info.recursion_misses),
+        run_time_ns=int(info["run_time_ns"]),
+        run_cnt=int(info["run_cnt"]),
+        recursion_misses=int(info["recursion_misses"]),
         origin=origin,
         missing=missing,
-        info={k: v for k, v in info.items() if not k.startswith("_") and isinstance(v, (int, str))},
+        info={k: v for k, v in info.items() if isinstance(v, (int, str))},
     )
-    if not addrs and image and info.jited_prog_len:
+    if not addrs and image and info["jited_prog_len"]:
         # one function and no jited_ksyms (never seen on 6.x, kept for old kernels)
         addrs, lens = [0], [len(image)]
     offset = 0
     for i, addr in enumerate(addrs):
         size = lens[i] if i < len(lens) else 0
         # the main function carries the whole program's tag; sub-programs their own
-        tag = tags[i] if 0 < i < len(tags) else bytes(info.tag)
+        tag = tags[i] if 0 < i < len(tags) else bytes(info["tag"])
         fname = funcs[i].name if i < len(funcs) and funcs[i].name else ""
         if not fname and i == 0:
-            fname = str(info.name)
+            fname = str(info["name"])
         code = image[offset : offset + size] if len(image) >= offset + size and size else None
         prog.functions.append(Function(ksym_name(tag, fname), addr, size, code))
         offset += size

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .formats import fixed_head
 from .formats import perf as K
 from .formats import perfdata as F
 from .formats import struct_of as formats_struct_of
@@ -35,7 +36,7 @@ from .hostsyms import (
     read_host_kallsyms,
     take_reader,
 )
-from .perfdata import EventAttr, NotBulk, PerfData, field_offsets, fixed_head
+from .perfdata import EventAttr, NotBulk, PerfData, field_offsets
 from .symbolize import (
     FROM_KALLSYMS_HOST,
     FROM_KALLSYMS_SIDE,
@@ -479,8 +480,9 @@ class _Aggregator:
         self.chain_cache: dict[tuple, tuple[Sym, ...]] = {}
         self.chain_kgen = -1
         little = pd.little
-        self.ksym_head = struct.Struct("<QIHH" if little else ">QIHH")
-        self.bpf_head = struct.Struct("<HHI8s" if little else ">HHI8s")
+        fast = K.layouts(little).fast
+        self.ksym_head = fast.ksymbol  # addr, len, ksym_type, flags
+        self.bpf_head = fast.bpf_event  # type, flags, id, tag
         self.fork_body = struct.Struct("<IIII" if little else ">IIII")
         self.u64 = struct.Struct("<Q" if little else ">Q")
         L = pd.L

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import sys
 import threading
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
-from construct import ConstructError
+from construct import ConstructError, Struct
 
+from bpfsym.formats import fixed_head, struct_of
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.formats.errors import FormatError
@@ -75,53 +78,112 @@ def iter_frames(path: str, data: bytes | mmap.mmap) -> Any:
     while off < end:
         if end - off < sf.FRAME_SIZE:
             return f"torn record at offset {off}: {end - off} of {sf.FRAME_SIZE} header bytes"
-        head = sf.frame.parse(data[off : off + sf.FRAME_SIZE])
-        if head.length > sf.MAX_PAYLOAD:
-            raise FormatError(path, off, f"record length {head.length} is absurd")
+        rtype, flags, length, crc = _FRAME.unpack_from(data, off)
+        if length > sf.MAX_PAYLOAD:
+            raise FormatError(path, off, f"record length {length} is absurd")
         start = off + sf.FRAME_SIZE
-        if start + head.length > end:
-            return f"torn record at offset {off}: {end - start} of {head.length} payload bytes"
-        payload = bytes(data[start : start + head.length])
-        if zlib.crc32(payload) != head.crc32:
+        if start + length > end:
+            return f"torn record at offset {off}: {end - start} of {length} payload bytes"
+        payload = bytes(data[start : start + length])
+        if zlib.crc32(payload) != crc:
             raise FormatError(path, off, "record checksum mismatch")
-        if head.flags.zlib:
+        if flags & sf.FLAG_ZLIB:
             try:
                 payload = zlib.decompress(payload)
             except zlib.error as e:
                 raise FormatError(path, off, f"bad compressed record: {e}") from None
-        yield off, head.type, payload
-        off = start + head.length
+        yield off, rtype, payload
+        off = start + length
     return ""
+
+
+_FRAME = struct_of(sf.frame)[0]  # type, flags, length, crc32
+_SIDEBAND_CPU = fixed_head(sf.sideband, "record")[0]  # cpu
+_PROGRAM_HEAD = fixed_head(sf.program, "missing")[0]  # prog_id, origin, load_time
+_STR16 = struct_of(Struct("length" / sf.STR16_LENGTH))[0]
+_COUNT16 = struct_of(Struct("count" / sf.BLOB_COUNT))[0]
+_BLOB_NAME = struct_of(Struct("length" / sf.BLOB_NAME_LENGTH))[0]
+_BLOB_DATA = struct_of(Struct("length" / sf.BLOB_DATA_LENGTH))[0]
+
+
+@dataclass
+class ProgramRecord:
+    """A PROGRAM payload: the values sf.program declares, origin by its name."""
+
+    prog_id: int
+    origin: str
+    load_time: int
+    missing: str
+    blobs: dict[str, bytes]
+
+
+def read_program(payload: bytes) -> ProgramRecord:
+    """Parse a PROGRAM payload as sf.program would, at struct's speed (a side file of a
+    busy host holds thousands); struct.error or ValueError for a bad one."""
+    prog_id, origin, load_time = _PROGRAM_HEAD.unpack_from(payload, 0)
+    pos = _PROGRAM_HEAD.size
+    (n,) = _STR16.unpack_from(payload, pos)
+    pos += _STR16.size
+    missing = _exact(payload, pos, n).decode("utf-8")
+    pos += n
+    (count,) = _COUNT16.unpack_from(payload, pos)
+    pos += _COUNT16.size
+    blobs: dict[str, bytes] = {}
+    for _ in range(count):
+        (n,) = _BLOB_NAME.unpack_from(payload, pos)
+        pos += _BLOB_NAME.size
+        name = _exact(payload, pos, n).decode("ascii")
+        pos += n
+        (n,) = _BLOB_DATA.unpack_from(payload, pos)
+        pos += _BLOB_DATA.size
+        blobs[name] = _exact(payload, pos, n)
+        pos += n
+    return ProgramRecord(prog_id, sf.ORIGINS.get(origin, str(origin)), load_time, missing, blobs)
+
+
+def _exact(payload: bytes, pos: int, n: int) -> bytes:
+    if pos + n > len(payload):
+        raise ValueError(f"{n} bytes at {pos} run past the record's {len(payload)}")
+    return payload[pos : pos + n]
 
 
 class _Timeline:
     """Side-band records in arrival order per CPU, turned into program lifetimes."""
 
     def __init__(self, little: bool) -> None:
-        self.lay = fp.layouts(little)
-        self.trailer = self.lay.sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
+        self.fast = fp.layouts(little).fast
+        trailer, names = struct_of(
+            fp.layouts(little).sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
+        )
+        self.trailer, self.time_at = trailer, names.index("time")
         self.pending: dict[int, list[Function]] = defaultdict(list)  # cpu -> ksyms before the event
         self.loads: dict[int, tuple[int, bytes, list[Function]]] = {}  # id -> (time, tag, funcs)
         self.unloads: dict[int, int] = {}
         self.lost = 0
 
     def add(self, cpu: int, rec: bytes) -> None:
-        head = self.lay.header.parse(rec)
-        body = rec[8:]
-        if head.type == fp.RECORD_KSYMBOL:
-            ks = self.lay.ksymbol.parse(body)
-            if ks.ksym_type == fp.KSYMBOL_TYPE_BPF and not ks.flags & fp.KSYMBOL_FLAGS_UNREGISTER:
-                self.pending[cpu].append(Function(ks.name, ks.addr, ks.len))
-        elif head.type == fp.RECORD_BPF_EVENT:
-            ev = self.lay.bpf_event.parse(body)
-            t = self.trailer.parse(body[16:]).time
+        """One raw record (header included); struct.error or ValueError for a bad one."""
+        fast = self.fast
+        rtype = fast.header.unpack_from(rec, 0)[0]
+        body = fast.header.size
+        if rtype == fp.RECORD_KSYMBOL:
+            addr, size, ksym_type, flags = fast.ksymbol.unpack_from(rec, body)
+            if ksym_type == fp.KSYMBOL_TYPE_BPF and not flags & fp.KSYMBOL_FLAGS_UNREGISTER:
+                at = body + fast.ksymbol.size
+                end = rec.find(b"\0", at)
+                if end < 0:
+                    raise ValueError("KSYMBOL name without its NUL")
+                self.pending[cpu].append(Function(rec[at:end].decode("utf-8"), addr, size))
+        elif rtype == fp.RECORD_BPF_EVENT:
+            ev_type, _flags, prog_id, tag = fast.bpf_event.unpack_from(rec, body)
+            t = self.trailer.unpack_from(rec, body + fast.bpf_event.size)[self.time_at]
             funcs, self.pending[cpu] = self.pending[cpu], []
-            if ev.type == "prog_load":
-                self.loads[ev.id] = (t, bytes(ev.tag), funcs)
-            elif ev.type == "prog_unload":
-                self.unloads[ev.id] = t
-        elif head.type == fp.RECORD_LOST:
-            self.lost += self.lay.lost.parse(body).lost
+            if ev_type == fp.BPF_EVENT_PROG_LOAD:
+                self.loads[prog_id] = (t, tag, funcs)
+            elif ev_type == fp.BPF_EVENT_PROG_UNLOAD:
+                self.unloads[prog_id] = t
+        elif rtype == fp.RECORD_LOST:
+            self.lost += fast.lost.unpack_from(rec, body)[1]
 
 
 def read_capture(path: str) -> Capture:
@@ -173,10 +235,10 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
             elif rtype == sf.SYSCTLS:
                 cap.sysctls = {s.name: s.value for s in sf.sysctls.parse(payload)}
             elif rtype == sf.PROGRAM:
-                prog_recs.append((off, sf.program.parse(payload)))
+                prog_recs.append((off, read_program(payload)))
             elif rtype == sf.SIDEBAND and timeline is not None:
-                sb = sf.sideband.parse(payload)
-                timeline.add(sb.cpu, sb.record)
+                (cpu,) = _SIDEBAND_CPU.unpack_from(payload, 0)
+                timeline.add(cpu, payload[_SIDEBAND_CPU.size :])
             elif rtype == sf.STATS:
                 st = sf.stats.parse(payload)
                 cap.stats.extend(
@@ -188,7 +250,7 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
             elif rtype == sf.END:
                 e = sf.end.parse(payload)
                 cap.end_time = e.time
-        except (ConstructError, ValueError, UnicodeDecodeError) as e:
+        except (ConstructError, ValueError, UnicodeDecodeError, struct.error) as e:
             raise FormatError(
                 path, off, f"bad record of type {rtype}: {type(e).__name__}"
             ) from None
@@ -204,8 +266,8 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
         try:
             prog = program_from_blobs(
                 rec.prog_id,
-                {b.name: b.data for b in rec.blobs},
-                origin=str(rec.origin),
+                rec.blobs,
+                origin=rec.origin,
                 load_time=None if rec.load_time < 0 else rec.load_time,
                 missing=rec.missing,
                 little=little,

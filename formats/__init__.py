@@ -47,7 +47,7 @@ from construct import (  # noqa: E402 - after _lazy_pdb
 
 from .errors import FormatError  # noqa: E402
 
-__all__ = ["FormatError", "struct_of"]
+__all__ = ["FormatError", "fixed_head", "struct_of"]
 
 
 def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
@@ -84,3 +84,10 @@ def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
     if pad_to and out.size % pad_to:
         out = struct.Struct(out.format + f"{pad_to - out.size % pad_to}x")
     return out, tuple(names)
+
+
+def fixed_head(decl: Struct, upto: str) -> tuple[struct.Struct, tuple[str, ...]]:
+    """The struct.Struct of a declaration's fixed-size fields before the field `upto`
+    (a record's variable tail, read by the caller)."""
+    names = [sc.name for sc in decl.subcons]
+    return struct_of(Struct(*decl.subcons[: names.index(upto)]))

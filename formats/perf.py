@@ -33,6 +33,8 @@ from construct import (
     Struct,
 )
 
+from . import fixed_head, struct_of
+
 # enum perf_type_id
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
@@ -222,6 +224,11 @@ class PerfLayouts:
             "data_size" / t.u64,
         )
 
+    @functools.cached_property
+    def fast(self) -> FastLayouts:
+        """struct views of the side-band records, for readers of many of them."""
+        return FastLayouts(self)
+
     def sample_id(self, sample_type: int) -> Struct:
         """The sample_id trailer (sample_id_all) for a sample_type, fields in ABI order."""
         t = self.ints
@@ -239,6 +246,16 @@ class PerfLayouts:
         if sample_type & SAMPLE_IDENTIFIER:
             fields.append("identifier" / t.u64)
         return Struct(*fields)
+
+
+class FastLayouts:
+    """struct.Struct views of PerfLayouts' fixed-size record parts (see struct_of)."""
+
+    def __init__(self, lay: PerfLayouts) -> None:
+        self.header = struct_of(lay.header)[0]  # type, misc, size
+        self.ksymbol = fixed_head(lay.ksymbol, "name")[0]  # addr, len, ksym_type, flags
+        self.bpf_event = struct_of(lay.bpf_event)[0]  # type (an int here), flags, id, tag
+        self.lost = struct_of(lay.lost)[0]  # id, lost
 
 
 @functools.cache

@@ -52,37 +52,47 @@ frame = Struct(
 FRAME_SIZE = frame.sizeof()
 MAX_PAYLOAD = 1 << 30  # larger lengths are corruption, not data
 
-_str16 = PascalString(Int16ul, "utf8")
+# the integer before each variable-length part (hot readers unpack them with struct_of)
+STR16_LENGTH = Int16ul
+BLOB_COUNT = Int16ul
+BLOB_NAME_LENGTH = Int8ul
+BLOB_DATA_LENGTH = Int32ul
+
+str16 = PascalString(STR16_LENGTH, "utf8")
 
 header = Struct(
     "version" / Int16ul,
     "byteorder" / Enum(Int8ul, little=1, big=2),
-    "kernel_release" / _str16,
-    "arch" / _str16,
+    "kernel_release" / str16,
+    "arch" / str16,
     "page_size" / Int32ul,
-    "boot_id" / _str16,
+    "boot_id" / str16,
     "clock_id" / Int32sl,  # -1: perf's default clock
     "start_time" / Int64ul,
-    "hostname" / _str16,
-    "tool_version" / _str16,
+    "hostname" / str16,
+    "tool_version" / str16,
 )
 
 # the kernel part of /proc/kallsyms, as text (usually zlib-compressed)
 kallsyms = GreedyBytes
 
-sysctls = PrefixedArray(Int16ul, Struct("name" / _str16, "value" / _str16))
+sysctls = PrefixedArray(Int16ul, Struct("name" / str16, "value" / str16))
 
 # one program's bpf_prog_info and arrays exactly as the kernel returned them
+ORIGINS = {0: "snapshot", 1: "sideband", 2: "rescan"}  # model.ORIGIN_*
+program_blobs = PrefixedArray(
+    BLOB_COUNT,
+    Struct(
+        "name" / PascalString(BLOB_NAME_LENGTH, "ascii"),
+        "data" / Prefixed(BLOB_DATA_LENGTH, GreedyBytes),
+    ),
+)
 program = Struct(
     "prog_id" / Int32ul,
-    "origin" / Enum(Int8ul, snapshot=0, sideband=1, rescan=2),
+    "origin" / Enum(Int8ul, **{name: value for value, name in ORIGINS.items()}),
     "load_time" / Int64sl,  # perf-clock ns of the PROG_LOAD event; -1: loaded before capture
-    "missing" / _str16,
-    "blobs"
-    / PrefixedArray(
-        Int16ul,
-        Struct("name" / PascalString(Int8ul, "ascii"), "data" / Prefixed(Int32ul, GreedyBytes)),
-    ),
+    "missing" / str16,
+    "blobs" / program_blobs,
 )
 
 # one raw side-band perf record (header included) as read from the ring of `cpu`
@@ -102,7 +112,7 @@ stats = Struct(
     ),
 )
 
-note = Struct("time" / Int64ul, "text" / _str16)
+note = Struct("time" / Int64ul, "text" / str16)
 
 end = Struct(
     "time" / Int64ul,

@@ -81,7 +81,7 @@ def _info_call(fd: int, info: bytes | bytearray, cmd: int = fb.BPF_OBJ_GET_INFO_
     return buf.read()
 
 
-_INFO_FAST, _INFO_NAMES = struct_of(fb.prog_info())
+_INFO_FAST, _INFO_NAMES = fb.prog_info_struct()
 ProgInfo = namedtuple("ProgInfo", _INFO_NAMES)  # type: ignore[misc]
 _NAME_AT = _INFO_NAMES.index("name")
 _ZERO_INFO = bytes(INFO_SIZE)

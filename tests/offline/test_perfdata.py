@@ -215,14 +215,17 @@ def _sample_value(sample_type: int, read_format: int, i: int) -> dict:
 
 def build_file(
     little: bool, sample_type: int, read_format: int = 0, n: int = 20, round_every: int = 0,
-    lost_at: tuple[int, ...] = (),
+    lost_at: tuple[int, ...] = (), dummy: int = 0, dummy_at: tuple[int, ...] = (),
 ) -> bytes:  # fmt: skip
     """A perf.data file built with the formats declarations (the reader's own layouts):
     n samples, a FINISHED_ROUND after every round_every of them (and at the end), and a
-    LOST record of 5 samples after each sample index in lost_at."""
+    LOST record of 5 samples after each sample index in lost_at. dummy: the sample_type
+    of a second event (id 8), as perf -a adds for its side-band records; a sample of it
+    follows each sample index in dummy_at."""
     L = F.perfdata_layouts(little)
     e = "<" if little else ">"
     attr = _attr_bytes(L, sample_type, read_format)
+    events = [(attr, 7)] + ([(_attr_bytes(L, dummy), 8)] if dummy else [])
     sid = L.kernel.sample_id(sample_type)
     trailer = sid.build(dict(pid=1, tid=1, time=10**9, id=7, stream_id=9, cpu=0, identifier=7))
     decl = L.sample(sample_type, read_format, F.BRANCH_HW_INDEX, 0b1011, 0b11)
@@ -239,26 +242,32 @@ def build_file(
     data += rec(K.RECORD_KSYMBOL, 0, ks.ljust((len(ks) + 7) & ~7, b"\0") + trailer)
     for i in range(n):
         data += rec(K.RECORD_SAMPLE, 1, decl.build(_sample_value(sample_type, read_format, i)))
+        if i in dummy_at:
+            v = dict(_sample_value(dummy, 0, i), identifier=8, id=8)
+            data += rec(K.RECORD_SAMPLE, 1, L.sample(dummy, 0, 0, 0, 0).build(v))
         if i in lost_at:
             data += rec(K.RECORD_LOST, 0, struct.pack(e + "QQ", 7, 5) + trailer)
         if round_every and (i + 1) % round_every == 0:
             data += rec(F.RECORD_FINISHED_ROUND, 0, b"")
     data += rec(F.RECORD_FINISHED_ROUND, 0, b"")
     attrs_off = F.FILE_HEADER_SIZE
-    ids_off = attrs_off + len(attr) + 16
-    data_off = ids_off + 8
+    ids_off = attrs_off + len(events) * (len(attr) + 16)
+    data_off = ids_off + 8 * len(events)
     head = L.file_header.build(
         dict(
             size=F.FILE_HEADER_SIZE,
             attr_size=len(attr) + 16,
-            attrs=dict(offset=attrs_off, size=len(attr) + 16),
+            attrs=dict(offset=attrs_off, size=len(events) * (len(attr) + 16)),
             data=dict(offset=data_off, size=len(data)),
             event_types=dict(offset=0, size=0),
             features=[0, 0, 0, 0],
         )
     )
-    ids = struct.pack(e + "Q", 7)
-    return head + attr + L.section.build(dict(offset=ids_off, size=8)) + ids + data
+    attrs = b"".join(
+        a + L.section.build(dict(offset=ids_off + 8 * k, size=8)) for k, (a, _) in enumerate(events)
+    )
+    ids = b"".join(struct.pack(e + "Q", i) for _, i in events)
+    return head + attrs + ids + data
 
 
 @pytest.mark.parametrize("little", [True, False])

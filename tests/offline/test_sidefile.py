@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import zlib
 
 import pytest
@@ -12,9 +13,10 @@ from construct import ConstructError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.formats.errors import FormatError
-from bpfsym.store import SideFileWriter, iter_frames, read_capture
+from bpfsym.store import SideFileWriter, _Timeline, iter_frames, read_capture, read_program
 
 HEADER = {
     "version": 1,
@@ -155,7 +157,7 @@ def test_unknown_record_types_are_skipped(tmp_path):
 def test_random_and_mutated_files_only_raise_format_error(tmp_path_factory, junk, pos, patch):
     d = tmp_path_factory.mktemp("fz")
     p = d / "f.bpfsym"
-    _write(p, [(rt, SAMPLES[rt]) for rt in (sf.SYSCTLS, sf.SIDEBAND, sf.STATS, sf.END)])
+    _write(p, [(rt, SAMPLES[rt]) for rt in (sf.SYSCTLS, sf.PROGRAM, sf.SIDEBAND, sf.STATS, sf.END)])
     good = bytearray(p.read_bytes())
     for data in (sf.MAGIC + junk, bytes(good[:pos] + patch + good[pos + len(patch) :])):
         p.write_bytes(data)
@@ -202,3 +204,124 @@ def test_a_kallsyms_line_that_does_not_parse_is_one_error_line(tmp_path, bad_lin
             assert ks is not None
             for i in range(3000):
                 ks.lookup(0xFFFFFFFF81000000 + i)
+
+
+# ---- the struct readers of PROGRAM and SIDEBAND payloads agree with the declarations ----
+
+_programs = st.fixed_dictionaries(
+    {
+        "prog_id": st.integers(0, 2**32 - 1),
+        "origin": st.integers(0, 255),  # 3..255: a newer writer's origin, kept as its number
+        "load_time": st.integers(-(2**63), 2**63 - 1),
+        "missing": st.text(max_size=40),
+        "blobs": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "name": st.text(st.characters(max_codepoint=127), max_size=20),
+                    "data": st.binary(max_size=64),
+                }
+            ),
+            max_size=6,
+        ),
+    }
+)
+
+
+def _declared(raw):
+    c = sf.program.parse(raw)
+    return (c.prog_id, str(c.origin), c.load_time, c.missing, {b.name: b.data for b in c.blobs})
+
+
+def _fast(raw):
+    r = read_program(raw)
+    return (r.prog_id, r.origin, r.load_time, r.missing, r.blobs)
+
+
+@settings(max_examples=300)
+@given(_programs, st.integers(0, 200), st.binary(min_size=1, max_size=4))
+def test_program_records_read_as_declared(value, pos, patch):
+    raw = sf.program.build(value)
+    assert _fast(raw) == _declared(raw)
+    assert read_program(raw).origin == sf.ORIGINS.get(value["origin"], str(value["origin"]))
+    # cut or patched: both readers fail, or both read the same
+    for bad in (raw[: pos % (len(raw) + 1)], raw[:pos] + patch + raw[pos + len(patch) :]):
+        try:
+            want = _declared(bad)
+        except (ConstructError, UnicodeDecodeError):
+            want = None
+        try:
+            got = _fast(bad)
+        except (ValueError, struct.error):
+            got = None
+        assert got == want
+
+
+_u64 = st.integers(0, 2**64 - 1)
+_u32 = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def _sideband(draw, little):
+    """(cpu, raw record) lists: KSYMBOL, BPF_EVENT and LOST records as the kernel writes
+    them, with the TID|TIME|CPU sample_id trailer record.py asks for."""
+    lay = fp.layouts(little)
+    trailer = lay.sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
+    out = []
+    for _ in range(draw(st.integers(0, 12))):
+        cpu = draw(st.integers(0, 3))
+        kind = draw(st.sampled_from([fp.RECORD_KSYMBOL, fp.RECORD_BPF_EVENT, fp.RECORD_LOST]))
+        tail = trailer.build({"pid": 1, "tid": 1, "time": draw(_u64), "cpu": cpu})
+        if kind == fp.RECORD_KSYMBOL:
+            name = f"bpf_prog_{draw(_u64):016x}_{draw(st.text('abc_', max_size=8))}"
+            body = lay.ksymbol.build(
+                {"addr": draw(_u64), "len": draw(_u32), "ksym_type": draw(st.integers(0, 2)),
+                 "flags": draw(st.integers(0, 1)), "name": name}
+            )  # fmt: skip
+            body += bytes(-len(body) % 8)
+        elif kind == fp.RECORD_BPF_EVENT:
+            body = lay.bpf_event.build(
+                {"type": draw(st.sampled_from(["unknown", "prog_load", "prog_unload"])),
+                 "flags": 0, "id": draw(st.integers(1, 5)), "tag": draw(st.binary(min_size=8, max_size=8))}
+            )  # fmt: skip
+        else:
+            body = lay.lost.build({"id": 0, "lost": draw(st.integers(0, 1000))})
+        size = 8 + len(body) + len(tail)
+        out.append((cpu, lay.header.build({"type": kind, "misc": 0, "size": size}) + body + tail))
+    return out
+
+
+def _declared_timeline(little, records):
+    """The timeline as the construct declarations read it (what _Timeline.add must match)."""
+    lay = fp.layouts(little)
+    trailer = lay.sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
+    pending, loads, unloads, lost = {}, {}, {}, 0
+    for cpu, rec in records:
+        head, body = lay.header.parse(rec), rec[8:]
+        if head.type == fp.RECORD_KSYMBOL:
+            ks = lay.ksymbol.parse(body)
+            if ks.ksym_type == fp.KSYMBOL_TYPE_BPF and not ks.flags & fp.KSYMBOL_FLAGS_UNREGISTER:
+                pending.setdefault(cpu, []).append((ks.name, ks.addr, ks.len))
+        elif head.type == fp.RECORD_BPF_EVENT:
+            ev = lay.bpf_event.parse(body)
+            t = trailer.parse(body[lay.bpf_event.sizeof() :]).time
+            funcs = pending.pop(cpu, [])
+            if ev.type == "prog_load":
+                loads[ev.id] = (t, bytes(ev.tag), funcs)
+            elif ev.type == "prog_unload":
+                unloads[ev.id] = t
+        else:
+            lost += lay.lost.parse(body).lost
+    return loads, unloads, lost
+
+
+@settings(max_examples=200)
+@given(st.booleans().flatmap(lambda little: st.tuples(st.just(little), _sideband(little))))
+def test_sideband_timeline_reads_as_declared(case):
+    little, records = case
+    tl = _Timeline(little)
+    for cpu, rec in records:
+        tl.add(cpu, rec)
+    loads = {
+        i: (t, tag, [(f.name, f.addr, f.size) for f in fs]) for i, (t, tag, fs) in tl.loads.items()
+    }
+    assert (loads, tl.unloads, tl.lost) == _declared_timeline(little, records)
