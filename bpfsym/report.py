@@ -799,13 +799,13 @@ class _BulkAggregator(_Aggregator):
     ) -> None:
         attrs = pd.attrs
         ev0 = attrs[0] if attrs else None
-        if (
-            ev0 is None
-            or ev0.sample_type & BULK_NEEDS != BULK_NEEDS
-            or any(a.sample_type != ev0.sample_type for a in attrs)
-            or any(a.read_size is None or a.read_size != ev0.read_size for a in attrs)
-        ):
+        if ev0 is None or ev0.sample_type & BULK_NEEDS != BULK_NEEDS or ev0.read_size is None:
             raise NotBulk("samples of this file need the record-by-record reader")
+        # events whose samples are laid out as the first event's; others (perf -a without
+        # -F adds a dummy:HG without PERIOD for its side-band records) are fine while none
+        # of their samples shows up (each sample's event found as PerfData.attr_of_sample does)
+        alike = [a.sample_type == ev0.sample_type and a.read_size == ev0.read_size for a in attrs]
+        self.foreign = None if all(alike) else np.array([not x for x in alike], dtype=bool)
         super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
         self.bulk = bulk
         self.parallel = parallel
@@ -1140,6 +1140,8 @@ class _BulkAggregator(_Aggregator):
             at = np.searchsorted(self.id_keys, ids)
             at = np.minimum(at, len(self.id_keys) - 1)
             ev = np.where(self.id_keys[at] == ids, self.id_attrs[at], 0)
+            if self.foreign is not None and bool(self.foreign[ev].any()):
+                raise NotBulk("a sample of an event with another sample layout")
         out["ev"] = ev
         if "period" in self.pos:
             out["period"] = rec["period"]

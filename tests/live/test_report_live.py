@@ -221,18 +221,27 @@ def test_side_file_names_and_kallsyms_file(pins: str, tmp_path: object) -> None:
     assert any(n in named for _a, n in mine)
 
 
-def test_numpy_accelerator_matches_the_pure_python_reader(pins: str, tmp_path: object) -> None:
+@pytest.mark.parametrize("freq", [["-F", "4000"], []])
+def test_numpy_accelerator_matches_the_pure_python_reader(
+    pins: str, tmp_path: object, freq: list[str]
+) -> None:
     # a system-wide -g recording has MMAP/COMM/FORK records interleaved with samples and a
     # BPF program loaded and unloaded in between: both readers must place them alike, and
-    # so must two processes sharing the samples (the parallel reading of large files)
+    # so must two processes sharing the samples (the parallel reading of large files).
+    # Without -F, perf 6.1 gives its side-band event (dummy:HG) a sample_type of its own
+    # (no PERIOD; IDENTIFIER in both): the fast reader must take that file too
+    from bpfsym.perfdata import PerfData
     from bpfsym.report import analyze, render_folded, render_json, render_stdio
 
     data = os.path.join(str(tmp_path), "n.data")
     perf_record(
         data,
-        ["-e", "cpu-clock", "-a", "-g", "-F", "4000"],
+        ["-e", "cpu-clock", "-a", "-g", *freq],
         workload(pins, "n", os.path.join(str(tmp_path), "ksyms.txt")),
     )
+    with PerfData(data) as pd:
+        types = {a.sample_type for a in pd.attrs}
+    assert len(pd.attrs) == 2 and len(types) == (1 if freq else 2)
     for keys in (["comm", "dso", "sym"], ["pid", "cpu", "prog", "srcline"]):
         out = []
         for fast, parallel in ((True, False), (False, False), (True, True)):

@@ -96,6 +96,35 @@ def test_built_files_of_both_byte_orders_read_alike_every_way(tmp_path: object, 
     assert "0xffffffff8100018f" in out[0]  # sample 399's address, unresolved without kallsyms
 
 
+@pytest.mark.parametrize("dummy_at", [(), (100, 300)])
+@pytest.mark.parametrize("longer", [False, True])
+def test_a_second_event_of_another_sample_layout(
+    tmp_path: object, dummy_at: tuple, longer: bool
+) -> None:
+    # perf -a without -F: its dummy:HG side-band event has no PERIOD. The fast reader takes
+    # the file while none of the dummy's samples shows up, and leaves it to the plain
+    # reader when one does; the report is the same every way. `longer`: a dummy layout
+    # whose samples are no shorter than the first event's (ADDR shifts the fields after
+    # ip; RAW adds bytes), so only the event of each sample tells them apart
+    from test_perfdata import build_file
+
+    from bpfsym.formats import perf as K
+
+    common = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ = common | K.SAMPLE_PERIOD | (0 if longer else K.SAMPLE_CALLCHAIN)
+    dummy = common | (K.SAMPLE_ADDR | K.SAMPLE_RAW if longer else 0)
+    path = os.path.join(str(tmp_path), "two.data")
+    with open(path, "wb") as f:
+        f.write(build_file(True, st_, n=400, round_every=7, dummy=dummy, dummy_at=dummy_at))
+    out = []
+    for fast, parallel in ((False, False), (True, False), (True, True)):
+        an = analyze(path, None, ["pid", "cpu", "sym"], True, False, EMPTY, None, fast, parallel)
+        assert an.accelerated == (fast and not dummy_at)
+        assert an.total_samples == 400 + len(dummy_at)
+        out.append(render_stdio(an, None, 0.0) + render_json(an, None))
+    assert out[0] == out[1] == out[2]
+
+
 def test_bulk_walk_finds_every_record() -> None:
     for name in ("bpf", "multi"):
         pd = PerfData(os.path.join(FIX, f"{name}.data"))
