@@ -119,14 +119,22 @@ def test_churn_at_100_per_second_all_pinned_with_images(tmp_path):
     progs = _by_id(cap)
     ids = out["prog_ids"]
     assert len(ids) == 200
-    missing = [i for i in ids if i not in progs or not progs[i].has_image]
-    assert missing == []
+    # SCHED_FIFO pinners win the race against the loader's close almost always: measured
+    # here 1 load in ~8,000 lost (25% without SCHED_FIFO), see docs/kernel-notes.md. So at
+    # most one of 200 may lack its image, and it must say so and still be named
+    missing = [i for i in ids if not progs[i].has_image]
+    assert len(missing) <= 1, missing
+    gone = int(re.search(r"\((\d+) gone before pinning\)", rec.stderr).group(1))
+    assert gone >= len(missing)
     for i in ids:
         p = progs[i]
         assert p.unload_time is not None and p.load_time < p.unload_time
         names = [re.sub(r"^bpf_prog_[0-9a-f]{16}_", "", f.name) for f in p.functions]
         assert names == ["churn_filter", "load_word", "fold32"]
         assert p.functions[0].name == f"bpf_prog_{p.tag}_churn_filter"
+        if i in missing:  # named from its KSYMBOL records, and marked
+            assert p.origin == "sideband" and "gone before" in p.missing
+            assert all(f.addr and f.size for f in p.functions)
 
 
 def test_sigkill_leaves_a_readable_file(tmp_path):
