@@ -9,6 +9,10 @@ BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
     python3 bench/report_speed.py                # record ~15 s, then compare
     python3 bench/report_speed.py -i big.data    # compare on an existing file
     python3 bench/report_speed.py -o /tmp/x.data # record there, then compare
+    python3 bench/report_speed.py -F 0 -s 60     # perf's default rate, as `bpfsym record -a`
+
+With -F 0, perf records at its default 4000 Hz and, as for any recording without -F,
+gives its side-band event (dummy:HG) a sample layout of its own (no PERIOD).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ PIN = "/sys/fs/bpf/bpfsym_bench_spin"
 
 
 def record(path: str, seconds: int, freq: int) -> None:
-    """perf record -a -g at freq Hz while dd and a BPF test run keep every CPU busy."""
+    """perf record -a -g at freq Hz (0: perf's default) while dd and a BPF test run keep
+    every CPU busy."""
     if subprocess.run(["mountpoint", "-q", "/sys/fs/bpf"]).returncode:
         subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     subprocess.run(["rm", "-f", PIN])
@@ -46,8 +51,8 @@ def record(path: str, seconds: int, freq: int) -> None:
     )
     try:
         subprocess.run(
-            ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(freq), "-a", "-g", "-o", path,
-             "--", "sh", "-c", work + "; wait"],
+            ["perf", "record", "-q", "-e", "cpu-clock", *(["-F", str(freq)] if freq else []),
+             "-a", "-g", "-o", path, "--", "sh", "-c", work + "; wait"],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
     finally:
@@ -70,7 +75,7 @@ def main() -> int:
     p.add_argument("-i", "--input", help="existing perf.data (default: record one)")
     p.add_argument("-o", "--output", help="where to record (default: a file in the temp dir)")
     p.add_argument("-s", "--seconds", type=int, default=15)
-    p.add_argument("-F", "--freq", type=int, default=20000)
+    p.add_argument("-F", "--freq", type=int, default=20000, help="Hz; 0: perf's default")
     p.add_argument("-r", "--repeat", type=int, default=3, help="runs per command, best kept")
     args = p.parse_args()
     path = args.input
