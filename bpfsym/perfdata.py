@@ -20,7 +20,6 @@ from construct import Construct, ConstructError, Struct
 from .formats import perf as K
 from .formats import perfdata as F
 from .formats import struct_of
-from .formats.bpf import prog_info as prog_info_layout
 from .formats.bpf import prog_info_values
 from .formats.errors import FormatError
 
@@ -602,7 +601,6 @@ def parse_bpf_prog_info(
 def _bpil_entries(
     L: F.PerfDataLayouts, data: bytes, pos: int, count: int | None, path: str, offset: int
 ) -> list[BpfProgInfo]:
-    ours = prog_info_layout(L.little).sizeof()
     bpil = struct_of(L.bpil)[0]  # info_len, data_len, arrays
     out: list[BpfProgInfo] = []
     while (count is None and pos < len(data)) or (count is not None and len(out) < count):
@@ -615,7 +613,7 @@ def _bpil_entries(
         dpos = ipos + info_len
         if dpos + data_len > len(data):
             raise FormatError(path, offset + pos, "bpf_prog_info arrays run past the section")
-        info = prog_info_values(data[ipos : ipos + min(info_len, ours)], L.little)
+        info = prog_info_values(data[ipos:dpos], L.little)
         arrays = data[dpos : dpos + data_len]
         out.append(_bpil_arrays(L, info, have, arrays))
         pos = dpos + data_len

@@ -121,30 +121,25 @@ def read_program(payload: bytes) -> ProgramRecord:
     """Parse a PROGRAM payload as sf.program would, at struct's speed (a side file of a
     busy host holds thousands); struct.error or ValueError for a bad one."""
     prog_id, origin, load_time = _PROGRAM_HEAD.unpack_from(payload, 0)
-    pos = _PROGRAM_HEAD.size
-    (n,) = _STR16.unpack_from(payload, pos)
-    pos += _STR16.size
-    missing = _exact(payload, pos, n).decode("utf-8")
-    pos += n
+    raw, pos = _prefixed(payload, _PROGRAM_HEAD.size, _STR16)
+    missing = raw.decode("utf-8")
     (count,) = _COUNT16.unpack_from(payload, pos)
     pos += _COUNT16.size
     blobs: dict[str, bytes] = {}
     for _ in range(count):
-        (n,) = _BLOB_NAME.unpack_from(payload, pos)
-        pos += _BLOB_NAME.size
-        name = _exact(payload, pos, n).decode("ascii")
-        pos += n
-        (n,) = _BLOB_DATA.unpack_from(payload, pos)
-        pos += _BLOB_DATA.size
-        blobs[name] = _exact(payload, pos, n)
-        pos += n
+        name, pos = _prefixed(payload, pos, _BLOB_NAME)
+        data, pos = _prefixed(payload, pos, _BLOB_DATA)
+        blobs[name.decode("ascii")] = data
     return ProgramRecord(prog_id, sf.ORIGINS.get(origin, str(origin)), load_time, missing, blobs)
 
 
-def _exact(payload: bytes, pos: int, n: int) -> bytes:
+def _prefixed(payload: bytes, pos: int, length: struct.Struct) -> tuple[bytes, int]:
+    """The bytes after a length at pos, and the position after them."""
+    (n,) = length.unpack_from(payload, pos)
+    pos += length.size
     if pos + n > len(payload):
         raise ValueError(f"{n} bytes at {pos} run past the record's {len(payload)}")
-    return payload[pos : pos + n]
+    return payload[pos : pos + n], pos + n
 
 
 class _Timeline:
@@ -152,10 +147,8 @@ class _Timeline:
 
     def __init__(self, little: bool) -> None:
         self.fast = fp.layouts(little).fast
-        trailer, names = struct_of(
-            fp.layouts(little).sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
-        )
-        self.trailer, self.time_at = trailer, names.index("time")
+        self.trailer, names = self.fast.sample_id(sf.SIDEBAND_SAMPLE_TYPE)
+        self.time_at = names.index("time")
         self.pending: dict[int, list[Function]] = defaultdict(list)  # cpu -> ksyms before the event
         self.loads: dict[int, tuple[int, bytes, list[Function]]] = {}  # id -> (time, tag, funcs)
         self.unloads: dict[int, int] = {}

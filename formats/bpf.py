@@ -151,8 +151,13 @@ def prog_info_values(raw: bytes, little: bool = sys.byteorder == "little") -> di
     text up to its first NUL (undecodable bytes replaced), `tag` 8 raw bytes."""
     fast, names = prog_info_struct(little)
     values = dict(zip(names, fast.unpack(raw[: fast.size].ljust(fast.size, b"\0")), strict=True))
-    values["name"] = values["name"].split(b"\0", 1)[0].decode("utf-8", "replace")
+    values["name"] = prog_name(values["name"])
     return values
+
+
+def prog_name(raw: bytes) -> str:
+    """bpf_prog_info.name's 16 bytes as text: up to the first NUL, undecodable bytes replaced."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 # struct bpf_btf_info

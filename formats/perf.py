@@ -8,6 +8,7 @@ the live side (mmap page, attr for perf_event_open) uses native order.
 from __future__ import annotations
 
 import functools
+import struct
 import sys
 
 from construct import (
@@ -256,6 +257,11 @@ class FastLayouts:
         self.ksymbol = fixed_head(lay.ksymbol, "name")[0]  # addr, len, ksym_type, flags
         self.bpf_event = struct_of(lay.bpf_event)[0]  # type (an int here), flags, id, tag
         self.lost = struct_of(lay.lost)[0]  # id, lost
+        self._lay = lay
+
+    def sample_id(self, sample_type: int) -> tuple[struct.Struct, tuple[str, ...]]:
+        """struct_of(PerfLayouts.sample_id(sample_type)): the trailer and its field names."""
+        return struct_of(self._lay.sample_id(sample_type))
 
 
 @functools.cache

@@ -27,6 +27,8 @@ from construct import (
     Struct,
 )
 
+from . import perf as fp
+
 MAGIC = b"BPFSYM\x00\x01"
 VERSION = 1
 file_magic = Const(MAGIC)
@@ -95,7 +97,9 @@ program = Struct(
     "blobs" / program_blobs,
 )
 
-# one raw side-band perf record (header included) as read from the ring of `cpu`
+# one raw side-band perf record (header included) as read from the ring of `cpu`; its
+# sample_id trailer has the fields of SIDEBAND_SAMPLE_TYPE (the rings' attr.sample_type)
+SIDEBAND_SAMPLE_TYPE = fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU
 sideband = Struct("cpu" / Int32ul, "record" / GreedyBytes)
 
 stats = Struct(

@@ -91,7 +91,7 @@ def basic_info(fd: int) -> Any:
     """bpf_prog_info without arrays, as a ProgInfo named tuple (top reads this per program
     per refresh: struct, not construct, which costs ~30 µs a parse)."""
     vals = list(_INFO_FAST.unpack(_info_call(fd, _ZERO_INFO)))
-    vals[_NAME_AT] = vals[_NAME_AT].split(b"\0", 1)[0].decode("utf-8", "replace")
+    vals[_NAME_AT] = fb.prog_name(vals[_NAME_AT])
     return ProgInfo._make(vals)
 
 

@@ -12,16 +12,16 @@ import os
 import struct
 
 from bpfsym.formats import perf as fp
-from bpfsym.formats import struct_of
+from bpfsym.formats import sidefile as sf
 from bpfsym.live.sys import PERF_FLAG_FD_CLOEXEC, perf_event_open
 
-SAMPLE_TYPE = fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU
-_LAYOUT = fp.layouts()  # native byte order: the rings of this machine
+SAMPLE_TYPE = sf.SIDEBAND_SAMPLE_TYPE
+_FAST = fp.layouts().fast  # native byte order: the rings of this machine
 _U64 = struct.Struct("=Q")  # data_head / data_tail of the mmap page
-_HEAD = struct_of(_LAYOUT.header)[0]
-_BPF_EVENT, _ = struct_of(_LAYOUT.bpf_event)  # type, flags, id, tag
-_LOST, _ = struct_of(_LAYOUT.lost)  # id, lost
-_TRAILER, _TRAILER_FIELDS = struct_of(_LAYOUT.sample_id(SAMPLE_TYPE))
+_HEAD = _FAST.header  # type, misc, size
+_BPF_EVENT = _FAST.bpf_event  # type, flags, id, tag
+_LOST = _FAST.lost  # id, lost
+_TRAILER, _TRAILER_FIELDS = _FAST.sample_id(SAMPLE_TYPE)
 _TIME_AT = _TRAILER_FIELDS.index("time")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from construct import Container, ListContainer
 from elftools.elf.elffile import ELFFile
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpfsym import btfinfo
@@ -406,7 +406,7 @@ def _only_format_errors(blob: bytes) -> None:
     assert parsed is not None  # what the index accepts, the full parser accepts
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.binary(max_size=200))
 def test_property_random_bytes(data):
     _only_format_errors(b"\x9f\xeb\x01\x00" + data)

@@ -12,7 +12,7 @@ import subprocess
 import numpy
 import pytest
 from elftools.elf.elffile import ELFFile
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpfsym.formats import elf as E
@@ -197,7 +197,7 @@ def test_symbol_table_not_whole():
         os.unlink(p)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(st.data())
 def test_corrupt_elf_raises_format_error_only(data):
     """Any truncation or byte flip of a real binary reads or raises FormatError."""

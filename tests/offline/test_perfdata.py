@@ -8,7 +8,7 @@ import re
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpfsym.formats import perf as K
@@ -403,7 +403,7 @@ def test_absurd_record_size() -> None:
 PIPE_HEAD = open(fixture("pipe.data"), "rb").read()[:20000]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(st.lists(st.tuples(st.integers(0, len(PIPE_HEAD) - 1), st.integers(0, 255)), max_size=8))
 def test_mutated_pipe_stream_only_raises_format_error(muts: list[tuple[int, int]]) -> None:
     blob = bytearray(PIPE_HEAD)
@@ -418,7 +418,7 @@ def test_mutated_pipe_stream_only_raises_format_error(muts: list[tuple[int, int]
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.binary(max_size=600))
 def test_random_bytes_only_raise_format_error(blob: bytes) -> None:
     for head in (b"", F.MAGIC_LE + struct.pack("<Q", 16), F.MAGIC_BE + struct.pack(">Q", 104)):
@@ -428,7 +428,7 @@ def test_random_bytes_only_raise_format_error(blob: bytes) -> None:
             pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.binary(max_size=400), st.booleans())
 def test_feature_parsers_only_raise_format_error(blob: bytes, little: bool) -> None:
     L = F.perfdata_layouts(little)
@@ -439,7 +439,7 @@ def test_feature_parsers_only_raise_format_error(blob: bytes, little: bool) -> N
             pass
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.sampled_from(ALL_BITS), st.sampled_from(ALL_BITS), st.booleans())
 def test_sample_prefix_struct_agrees_with_construct(b1: int, b2: int, little: bool) -> None:
     st_ = K.SAMPLE_IP | K.SAMPLE_PERIOD | b1 | b2

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpfsym.formats.errors import FormatError
@@ -181,7 +181,7 @@ def test_kallsyms_columns_agree_with_line_parsing() -> None:
         assert a.lookup(ip) == b.lookup(ip)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(
     st.lists(
         st.tuples(
@@ -202,7 +202,7 @@ def test_kallsyms_reading_is_the_same_on_any_text(rows: list, width: int) -> Non
     assert a.addrs == b.addrs and a.syms == b.syms
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(
     st.lists(
         st.tuples(

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from perftext import event_counts, is_bpf_func, sections
 
@@ -197,7 +197,7 @@ def test_default_side_file_is_input_dot_bpfsym(tmp_path: object) -> None:
 PIPE = open(os.path.join(FIX, "pipe.data"), "rb").read()[:30000]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(st.lists(st.tuples(st.integers(16, len(PIPE) - 1), st.integers(0, 255)), max_size=6))
 def test_mutated_records_through_the_whole_report_only_raise_format_error(
     muts: list[tuple[int, int]],

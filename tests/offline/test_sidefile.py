@@ -152,7 +152,7 @@ def test_unknown_record_types_are_skipped(tmp_path):
     assert read_capture(str(p)).warnings == ["program 9: gone"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.binary(max_size=400), st.integers(0, 400), st.binary(min_size=1, max_size=8))
 def test_random_and_mutated_files_only_raise_format_error(tmp_path_factory, junk, pos, patch):
     d = tmp_path_factory.mktemp("fz")
