@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import struct
 import subprocess
 import sys
 
@@ -21,6 +22,58 @@ def host_boot_id() -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
+    """The running kernel's GNU build id (hex; "" where unknown), from its ELF notes: the
+    one perf compares with a perf.data's [kernel.kallsyms] build id."""
+    try:
+        with open(notes, "rb") as f:
+            data = f.read(1 << 16)
+    except OSError:
+        return ""
+    pos = 0
+    while pos + 12 <= len(data):  # Elf_Nhdr: namesz, descsz, type; name and desc 4-aligned
+        namesz, descsz, ntype = struct.unpack_from("=III", data, pos)
+        name_at = pos + 12
+        desc_at = name_at + (-(-namesz // 4) * 4)
+        end = desc_at + (-(-descsz // 4) * 4)
+        if end > len(data):
+            break
+        if ntype == 3 and data[name_at : name_at + namesz] == b"GNU\0":  # NT_GNU_BUILD_ID
+            return data[desc_at : desc_at + descsz].hex()
+        pos = end
+    return ""
+
+
+def symbol_address(text: str, name: str) -> int | None:
+    """The address of the first kallsyms line naming `name` (a ref-reloc symbol: _text)."""
+    at = text.find(f" {name}\n")
+    while at >= 0:
+        line_start = text.rfind("\n", 0, at) + 1
+        parts = text[line_start:at].split()
+        if len(parts) == 2:  # "addr type" before the name: a whole field, not a suffix
+            try:
+                return int(parts[0], 16)
+            except ValueError:
+                return None
+        at = text.find(f" {name}\n", at + 1)
+    return None
+
+
+def relocate_kallsyms(text: str, delta: int) -> str:
+    """kallsyms text with every address moved down by delta: the host's (KASLR) layout
+    put back into the one a perf.data recorded, as perf's kallsyms__delta does."""
+    if not delta:
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        addr, sep, rest = line.partition(" ")
+        try:
+            out.append(f"{(int(addr, 16) - delta) & (2**64 - 1):0{len(addr)}x}{sep}{rest}")
+        except ValueError:
+            out.append(line)
+    return "".join(out)
 
 
 def parse_kallsyms(text: str) -> list[KernelSymbol]:
@@ -45,8 +98,9 @@ class HostKallsyms:
     an anonymous file while this one goes on; text() waits for it. inherit() gives a
     forked process the same text without the kernel making it twice."""
 
-    def __init__(self, path: str = "/proc/kallsyms") -> None:
+    def __init__(self, path: str = "/proc/kallsyms", notes: str = "/sys/kernel/notes") -> None:
         self.path = path
+        self.notes = notes  # the ELF notes of the kernel whose kallsyms path holds
         self._text: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._file = os.memfd_create("bpfsym-kallsyms", os.MFD_CLOEXEC)
@@ -66,8 +120,13 @@ class HostKallsyms:
         """For a process forked from this one: the same reading, waited for there."""
         other = HostKallsyms.__new__(HostKallsyms)
         other.path, other._text, other._proc = self.path, self._text, None
+        other.notes = self.notes
         other._file, other._done = self._file, self._done
         return other
+
+    def build_id(self) -> str:
+        """The build id of the kernel these kallsyms belong to ("" where unknown)."""
+        return kernel_build_id(self.notes)
 
     def text(self) -> str:
         if self._text is None:

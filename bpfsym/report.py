@@ -32,8 +32,11 @@ from .formats.errors import FormatError
 from .hostsyms import (
     HostKallsyms,
     host_boot_id,
+    kernel_build_id,
     parse_kallsyms,
     read_host_kallsyms,
+    relocate_kallsyms,
+    symbol_address,
     take_reader,
 )
 from .perfdata import EventAttr, NotBulk, PerfData, field_offsets
@@ -211,7 +214,12 @@ def _indexes(ev: EventAttr) -> tuple[int, int, int, int, int, int]:
 
 
 def _kernel_symbols(
-    pd: PerfData, cap: Any, kallsyms: str | None, np: Any = None, host: HostKallsyms | None = None
+    pd: PerfData,
+    cap: Any,
+    kallsyms: str | None,
+    np: Any = None,
+    host: HostKallsyms | None = None,
+    reloc: tuple[str, int] | None = None,
 ) -> tuple[KernelSymbols | None, str]:
     """Pick the kernel symbol source; the second item says why (for the header or misses)."""
     if kallsyms:
@@ -230,29 +238,54 @@ def _kernel_symbols(
         return _kallsyms_text(
             text, FROM_KALLSYMS_SIDE, "", np, lambda e: cap.bad_kallsyms(first, e)
         ), ""
-    release = os.uname().release
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
             return _host("boot id matches the side file", np, host)
         return None, "no kallsyms: the side file has none and was recorded in another boot"
-    rec = pd.header.osrelease
-    if rec and rec == release:
-        return _host(
-            f"osrelease {rec} matches; perf.data has no boot id,"
-            " so a reboot since recording would go unnoticed",
-            np,
-            host,
+    return _host_for_perf_data(pd, np, host, reloc)
+
+
+KERNEL_DSO = "[kernel.kallsyms]"
+
+
+def _host_for_perf_data(
+    pd: PerfData, np: Any, host: HostKallsyms | None, reloc: tuple[str, int] | None
+) -> tuple[KernelSymbols | None, str]:
+    """The host's kallsyms for a perf.data alone, as perf takes them: only when the running
+    kernel is the recorded one (same build id; an equal osrelease proves nothing), moved by
+    the difference of the recorded ref-reloc symbol's address (KASLR)."""
+    recorded = next((b.build_id for b in pd.header.build_ids if b.filename == KERNEL_DSO), "")
+    if not recorded:
+        why = "perf.data records no kernel build id"
+        if pd.pipe:
+            why += " before its samples (pipe mode)"
+        return None, f"no kallsyms: {why}; name a kallsyms file with --kallsyms"
+    running = (host.build_id() if host is not None else None) or kernel_build_id()
+    if running != recorded:
+        return None, (
+            f"no kallsyms: recorded on kernel build id {recorded[:16]}, this host runs "
+            f"{running[:16] or 'an unknown one'}; name a kallsyms file with --kallsyms"
         )
-    return None, f"no kallsyms: recorded on {rec or 'an unknown kernel'}, this host runs {release}"
+    note = f"build id {recorded[:16]} matches"
+    return _host(note, np, host, reloc)
 
 
 def _host(
-    note: str, np: Any = None, host: HostKallsyms | None = None
+    note: str,
+    np: Any = None,
+    host: HostKallsyms | None = None,
+    reloc: tuple[str, int] | None = None,
 ) -> tuple[KernelSymbols | None, str]:
     try:
         text = host.text() if host is not None else read_host_kallsyms()
     except OSError as e:
         return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
+    if reloc is not None:
+        here = symbol_address(text, reloc[0])
+        if here is not None and here != reloc[1]:
+            delta = here - reloc[1]
+            text = relocate_kallsyms(text, delta)
+            note += f", relocated by {delta:+#x} ({reloc[0]})"
     ks = _kallsyms_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})", np)
     if not len(ks):
         return None, "no kallsyms: /proc/kallsyms addresses are hidden (kernel.kptr_restrict)"
@@ -288,6 +321,7 @@ def analyze(
     stream: Any = None,
     accelerate: bool | None = None,
     parallel: bool | None = None,
+    host: HostKallsyms | None = None,
 ) -> Analysis:
     """Stream a perf.data file and aggregate its samples by the sort keys.
 
@@ -301,7 +335,8 @@ def analyze(
         from .store import read_capture
 
         cap = read_capture(side)
-    host = take_reader()  # started by the command line while it imported this module
+    if host is None:
+        host = take_reader()  # started by the command line while it imported this module
     if not kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
         if host is None:
             host = HostKallsyms()  # read while numpy loads; most reports here need it
@@ -490,11 +525,13 @@ class _Aggregator:
         self.mmap_head = fixed_head(L.mmap, "filename")[0]  # pid, tid, addr, len, pgoff
         self.mmap2_head = fixed_head(L.mmap2, "filename")[0]  # ... dev_or_build_id, prot, flags
         self.mmap2_bid = formats_struct_of(L.mmap2_build_id)[0]  # size, build_id
+        # the kernel map's ref-reloc symbol and its address when recorded ("_text", pgoff)
+        self.kernel_reloc: tuple[str, int] | None = None
 
     def _prepare(self) -> None:
         pd, sym = self.pd, self.sym
         sym.kernel, sym.kernel_note = _kernel_symbols(
-            pd, self.cap, self.kallsyms, self.np, self.host
+            pd, self.cap, self.kallsyms, self.np, self.host, self.kernel_reloc
         )
         if not self.header_set:
             self._set_header()
@@ -635,6 +672,10 @@ class _Aggregator:
                     raise ValueError("record too small")
                 pid, _tid, addr, length, pgoff = head.unpack_from(buf, body)
             filename = _cstring(buf, body + head.size, start + size)
+            if misc & 7 == F.MISC_KERNEL and filename.startswith(KERNEL_DSO):
+                # perf names the kernel map [kernel.kallsyms]<ref-reloc symbol>, pgoff its address
+                if self.kernel_reloc is None and len(filename) > len(KERNEL_DSO):
+                    self.kernel_reloc = (filename[len(KERNEL_DSO) :], pgoff)
         except (struct.error, ValueError) as e:  # short records, no NUL, bad UTF-8
             what = str(e).splitlines()[0][:80]
             raise FormatError(pd.path, off, f"bad record type {rtype}: {what}") from None

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import lzma
+import os
 import re
+import tempfile
 
 # a JIT-ed BPF function's kallsyms name, as a `[k] ` symbol cell; kernel functions
 # such as bpf_prog_fill_jited_linfo share the bpf_prog_ prefix but not the tag
@@ -33,3 +37,17 @@ def event_counts(text: str) -> dict[str, int]:
         ev: int(n)
         for ev, n in re.findall(r"of event '([^']+)'\n# Event count \(approx\.\): (\d+)", text)
     }
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
+
+
+@functools.cache
+def fixture_kallsyms() -> str:
+    """The kernel kallsyms of the boot the perf.data fixtures were recorded in (record.py
+    keeps it as kallsyms.xz), as a plain file for `--kallsyms`: the fixtures carry their
+    own kernel names, and no test depends on the kernel it runs on."""
+    out = os.path.join(tempfile.mkdtemp(prefix="bpfsym-fixture-"), "kallsyms")
+    with lzma.open(os.path.join(FIXTURES, "kallsyms.xz"), "rb") as f, open(out, "wb") as o:
+        o.write(f.read())
+    return out

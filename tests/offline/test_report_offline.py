@@ -3,7 +3,8 @@
 Expected values come from files record.py saved while recording: perf's own
 report (*.perf-sym.txt), perf's header dump (*.perf-header.txt) and the BPF lines
 of /proc/kallsyms (*.kallsyms-bpf.txt). Kernel and user-space names depend on the
-machine the test runs on, so only BPF names and totals are compared here.
+machine the test runs on, so only BPF names and totals are compared here; kernel names
+come from the kallsyms recorded with the fixtures (kallsyms.xz), never the host's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from perftext import event_counts, is_bpf_func, sections
+from perftext import event_counts, fixture_kallsyms, is_bpf_func, sections
 
 from bpfsym.formats.errors import FormatError
 from bpfsym.report import analyze, render_stdio
@@ -35,7 +36,8 @@ def bpfsym(*args: str) -> subprocess.CompletedProcess:
 
 
 def report(name: str, *args: str) -> str:
-    r = bpfsym("report", "-i", os.path.join(FIX, name), "--no-side", *args)
+    ks = ("--kallsyms", fixture_kallsyms())  # the fixtures' own kernel names, on any host
+    r = bpfsym("report", "-i", os.path.join(FIX, name), "--no-side", *ks, *args)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
