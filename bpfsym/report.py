@@ -258,7 +258,9 @@ def _host_for_perf_data(
     if not recorded:
         why = "perf.data records no kernel build id"
         if pd.pipe:
-            why += " before its samples (pipe mode)"
+            why += " (pipe mode: perf record writes none)"
+        elif pd.compressed_records or F.HEADER_COMPRESSED in pd.header.features:
+            why += " (perf record -z writes none)"
         return None, f"no kallsyms: {why}; name a kallsyms file with --kallsyms"
     running = (host.build_id() if host is not None else None) or kernel_build_id()
     if running != recorded:
