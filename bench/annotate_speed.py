@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from _common import print_ratio, timed  # noqa: E402
 
-from bpfsym.perfdata import PerfData  # noqa: E402
+from bpfsym.read.perfdata import PerfData  # noqa: E402
 
 
 def record(path: Path, seconds: float, freq: int) -> None:

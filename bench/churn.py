@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bpfsym.store import read_capture  # noqa: E402
+from bpfsym.read.sidefile import read_capture  # noqa: E402
 
 
 def perf_prog_ids(data: Path) -> set[int]:

@@ -21,10 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's bpfsym
 
-from bpfsym import top  # noqa: E402
 from bpfsym.formats import bpf as fb  # noqa: E402
 from bpfsym.live.stats import RuntimeStats, prog_holders  # noqa: E402
 from bpfsym.live.sys import Buffer, bpf  # noqa: E402
+from bpfsym.top import render
+from bpfsym.top import rows as toprows  # noqa: E402
 
 # r0 = 0 (BPF_ALU64 | BPF_MOV | BPF_K); exit (BPF_JMP | BPF_EXIT)
 INSNS = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
@@ -85,14 +86,14 @@ def main() -> int:
     with RuntimeStats():
         fds = load(args.programs)
         try:
-            t_load = top.Top()  # the baseline pass: also caches names
+            t_load = toprows.Top()  # the baseline pass: also caches names
             total = len(t_load.prev.progs)
-            view = top.View()
+            view = toprows.View()
 
             def refresh() -> None:  # what the default batch view does per refresh
                 ref = t_load.refresh()
-                top.summary(ref, len(ref.rows))
-                top.table(view.apply(ref.rows))
+                render.summary(ref, len(ref.rows))
+                render.table(view.apply(ref.rows))
 
             def bpftool() -> None:
                 subprocess.run(

@@ -1,27 +1,41 @@
-"""bpfsym's command line: argument parsing and dispatch; errors become one line.
+"""bpfsym's command line: argument parsing, dispatch, and the one error boundary.
 
-Each command lives in a module exposing configure(parser) and run(args) -> int.
+Each command is a module of bpfsym.commands exposing configure(parser) and run(args) -> int
+(and EPILOG). Errors of bad input become one line on stderr and exit status 2.
+
+For a report, /proc/kallsyms starts being read (by a process of its own, see
+live.host.HostKallsyms) before the command's modules import, which takes about a tenth of
+a second; the reader travels to the command in args.kallsyms_reader.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import os
+import signal
 import sys
+from typing import Any
 
 from bpfsym import __version__
-from bpfsym._start import prestart
-from bpfsym.formats.errors import FormatError
+from bpfsym.errors import one_line
 
 COMMANDS = {
-    "record": ("bpfsym.record", "run a command under perf record and capture every BPF program"),
-    "report": ("bpfsym.report", "symbolize perf.data samples, BPF programs included"),
-    "annotate": ("bpfsym.annotate", "JIT disassembly of BPF functions with heat and source"),
-    "top": ("bpfsym.top", "live per-program BPF runtime"),
-    "dump": ("bpfsym.dump", "show what a side file captured"),
-    "kallsyms": ("bpfsym.ksymfile", "write a kallsyms file with BPF symbols for stock perf"),
+    "record": (
+        "bpfsym.commands.record",
+        "run a command under perf record and capture every BPF program",
+    ),
+    "report": ("bpfsym.commands.report", "symbolize perf.data samples, BPF programs included"),
+    "annotate": (
+        "bpfsym.commands.annotate",
+        "JIT disassembly of BPF functions with heat and source",
+    ),
+    "top": ("bpfsym.commands.top", "live per-program BPF runtime"),
+    "dump": ("bpfsym.commands.dump", "show what a side file captured"),
+    "kallsyms": (
+        "bpfsym.commands.kallsyms",
+        "write a kallsyms file with BPF symbols for stock perf",
+    ),
 }
 
 EPILOG = """examples:
@@ -32,8 +46,17 @@ EPILOG = """examples:
 """
 
 
-class UsageError(Exception):
-    """Bad command-line input discovered after parsing: one line, exit 2."""
+def chosen_command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def start_kallsyms_reader(chosen: str | None, argv: list[str]) -> Any:
+    """For a report on Linux, a /proc/kallsyms reader started now (None otherwise)."""
+    if chosen != "report" or sys.platform != "linux" or {"-h", "--help"} & set(argv):
+        return None
+    from bpfsym.live.host import HostKallsyms
+
+    return HostKallsyms()
 
 
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
@@ -63,9 +86,12 @@ def _parser(chosen: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, kallsyms_reader: Any = None) -> int:
+    """Parse argv, run the command; bad input ends in one line and status 2."""
     argv = sys.argv[1:] if argv is None else argv
-    chosen = prestart(argv)  # /proc/kallsyms is kernel time: it runs beside the imports
+    chosen = chosen_command(argv)
+    if kallsyms_reader is None:
+        kallsyms_reader = start_kallsyms_reader(chosen, argv)
     parser = _parser(chosen if chosen in COMMANDS else None)
     if chosen in COMMANDS:
         mod = importlib.import_module(COMMANDS[chosen][0])
@@ -77,27 +103,18 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
     else:
         args = parser.parse_args(argv)
+    args.kallsyms_reader = kallsyms_reader
     try:
         return int(args._run(args))
-    except FormatError as e:
-        print(f"bpfsym {args.command}: {e}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"bpfsym {args.command}: {e}", file=sys.stderr)
-        return 2
-    except PermissionError as e:
-        print(f"bpfsym {args.command}: {permission_hint(e)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
-    except OSError as e:
-        if e.errno in (errno.EPERM, errno.EACCES):
-            print(f"bpfsym {args.command}: {permission_hint(e)}", file=sys.stderr)
-        else:
-            where = f": {e.filename}" if e.filename else ""
-            print(f"bpfsym {args.command}: {e.strerror or e}{where}", file=sys.stderr)
+    except Exception as e:
+        line = one_line(e)
+        if line is None:
+            raise
+        print(f"bpfsym {args.command}: {line}", file=sys.stderr)
         return 2
 
 
@@ -106,8 +123,14 @@ def entry() -> None:
 
     Freeing a large report's objects one by one at exit took 40-70 ms; the output is
     flushed first and nothing bpfsym holds needs a goodbye."""
+    argv = sys.argv[1:]
+    chosen = chosen_command(argv)
     try:
-        code = main()  # Ctrl-C before a command's own handling (parsing the options) too
+        reader = start_kallsyms_reader(chosen, argv)  # beside the imports that follow
+        if chosen in COMMANDS:
+            importlib.import_module(COMMANDS[chosen][0])
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the commands handle it
+        code = main(argv, reader)  # Ctrl-C before a command's own handling too
     except KeyboardInterrupt:
         code = 130
     try:
@@ -116,11 +139,3 @@ def entry() -> None:
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     os._exit(code)
-
-
-def permission_hint(e: OSError) -> str:
-    what = f"{e.filename}: " if e.filename else ""
-    return (
-        f"{what}{e.strerror or 'permission denied'}; "
-        "needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN (and kernel.perf_event_paranoid <= 1)"
-    )

@@ -120,11 +120,11 @@ class CaptureHeader:
 
 @dataclass
 class Capture:
-    """Everything a side file holds, as read back by bpfsym.store.read_capture()."""
+    """Everything a side file holds, as read back by bpfsym.read.sidefile.read_capture()."""
 
     header: CaptureHeader
     programs: list[Program] = field(default_factory=list)
-    kallsyms: list[KernelSymbol] = field(default_factory=list)  # see kernel_symbols()
+    kallsyms: list[KernelSymbol] = field(default_factory=list)  # read.kallsyms parses texts
     kallsyms_texts: list[str] = field(default_factory=list)  # KALLSYMS records, as stored
     kallsyms_at: list[tuple[str, int]] = field(default_factory=list)  # (file, offset) of each
     sysctls: dict[str, str] = field(default_factory=dict)
@@ -136,28 +136,3 @@ class Capture:
 
     def has_kallsyms(self) -> bool:
         return bool(self.kallsyms or self.kallsyms_texts)
-
-    def kernel_symbols(self) -> list[KernelSymbol]:
-        """The kallsyms snapshot (kernel part, then BPF trampolines and dispatchers), sorted
-        by address; read from the stored text on first use (a report reads that text
-        itself, faster)."""
-        if not self.kallsyms and self.kallsyms_texts:
-            from .hostsyms import parse_kallsyms
-
-            rows = []
-            for i, text in enumerate(self.kallsyms_texts):
-                try:
-                    rows += parse_kallsyms(text)
-                except ValueError as e:
-                    raise self.bad_kallsyms(i, e) from None
-            self.kallsyms = sorted(rows, key=lambda s: s.addr)
-        return self.kallsyms
-
-    def bad_kallsyms(self, i: int, e: Exception) -> Exception:
-        """The FormatError for KALLSYMS record i that does not parse (as read_capture said
-        when it parsed them at once)."""
-        from .formats.errors import FormatError
-        from .formats.sidefile import KALLSYMS
-
-        path, off = self.kallsyms_at[i] if i < len(self.kallsyms_at) else ("side file", 0)
-        return FormatError(path, off, f"bad record of type {KALLSYMS}: {type(e).__name__}")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple
 
+from bpfsym.errors import FormatError
 from bpfsym.formats import bpf as fb
 from bpfsym.formats import btf as fbtf
-from bpfsym.formats.errors import FormatError
 from bpfsym.live import progs
 from bpfsym.live.sys import bpf
 from bpfsym.model import ksym_name

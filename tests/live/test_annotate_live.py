@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from bpfsym import annotate, bpfinsn
-from bpfsym.capture import fetch_program as fetch
+from bpfsym.annotate import bpfinsn
+from bpfsym.annotate import view as annotate
+from bpfsym.capture.snapshot import fetch_program as fetch
 from bpfsym.formats import bpfinsn as fmt
-from bpfsym.hostsyms import parse_kallsyms
+from bpfsym.read.kallsyms import parse_kallsyms
 
 OBJ = Path(__file__).resolve().parents[1] / "fixtures" / "annotate" / "insns.bpf.o"
 ARCH = os.uname().machine

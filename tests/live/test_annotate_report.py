@@ -7,8 +7,8 @@ import json
 
 from livekit import bpfsym_run, record_demo
 
-from bpfsym.heat import bpf_sample_counts
-from bpfsym.store import read_capture
+from bpfsym.annotate.heat import bpf_sample_counts
+from bpfsym.read.sidefile import read_capture
 
 
 def test_annotate_counts_match_report_and_fall_on_boundaries(tmp_path):

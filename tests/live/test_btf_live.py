@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bpfsym import btfinfo
 from bpfsym.formats import btf
+from bpfsym.read import btf as btfinfo
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "btf"
 

@@ -23,7 +23,8 @@ from livekit import (
     record_demo,
 )
 
-from bpfsym.store import read_capture
+from bpfsym.read.kallsyms import capture_kernel_symbols
+from bpfsym.read.sidefile import read_capture
 
 MINIMAL = REPO / "tests/fixtures/btf/minimal.bpf.o"
 
@@ -247,7 +248,7 @@ def test_kallsyms_snapshot_is_the_kernel_part_plus_trampolines(tmp_path):
     want = [
         (int(p[0], 16), p[2]) for p in lines if p[-1] != "[bpf]" or not p[2].startswith("bpf_prog_")
     ]
-    got = [(s.addr, s.name) for s in cap.kernel_symbols()]
+    got = [(s.addr, s.name) for s in capture_kernel_symbols(cap)]
     assert sorted(got) == sorted(want)
     assert {"bpf_prog_load", "bpf_prog_test_run_xdp"} <= {n for _, n in got}
     assert not [n for _, n in got if re.match(r"bpf_prog_[0-9a-f]{16}", n)]

@@ -11,7 +11,7 @@ import uuid
 
 from livekit import REPO, Recording, kallsyms_bpf
 
-from bpfsym.store import read_capture
+from bpfsym.read.sidefile import read_capture
 
 BCC = r"""
 import json, sys

@@ -239,8 +239,9 @@ def test_numpy_accelerator_matches_the_pure_python_reader(
     # so must two processes sharing the samples (the parallel reading of large files).
     # Without -F, perf 6.1 gives its side-band event (dummy:HG) a sample_type of its own
     # (no PERIOD; IDENTIFIER in both): the fast reader must take that file too
-    from bpfsym.perfdata import PerfData
-    from bpfsym.report import analyze, render_folded, render_json, render_stdio
+    from bpfsym.read.perfdata import PerfData
+    from bpfsym.report.analysis import analyze
+    from bpfsym.report.render import render_folded, render_json, render_stdio
 
     data = os.path.join(str(tmp_path), "n.data")
     perf_record(
@@ -291,7 +292,7 @@ def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
 def test_kallsyms_read_beside_equals_reading_it_here(pins: str, tmp_path: object) -> None:
     """HostKallsyms (a child process reads /proc/kallsyms up to the BPF part) gives what
     read_host_kallsyms gives; with a BPF program loaded the [bpf] lines are cut off."""
-    from bpfsym.hostsyms import HostKallsyms, read_host_kallsyms
+    from bpfsym.live.host import HostKallsyms, read_host_kallsyms
 
     text = HostKallsyms().text()
     assert text == read_host_kallsyms()
@@ -313,8 +314,8 @@ def test_host_kallsyms_looked_up_in_place_as_read_in_full() -> None:
 
     import numpy as np
 
-    from bpfsym.hostsyms import read_host_kallsyms
-    from bpfsym.symbolize import KernelSymbols, SortedKallsyms
+    from bpfsym.live.host import read_host_kallsyms
+    from bpfsym.read.kallsyms import KernelSymbols, SortedKallsyms
 
     text = read_host_kallsyms()
     full = KernelSymbols.from_text(text, "x", np=np)

@@ -12,7 +12,7 @@ import os
 
 from livekit import DEMO, REPO, bpfsym_run, ensure_loader
 
-from bpfsym.store import read_capture
+from bpfsym.read.sidefile import read_capture
 
 B_OBJ = REPO / "tests/fixtures/reuse/reuse_b.bpf.o"
 

@@ -37,7 +37,7 @@ def test_prog_rows_carry_runs_ns_per_run_and_cpu(tmp_path: object) -> None:
     assert len(rows) == 1
     row = rows[0]
     # the side file's samples of this program, read with the store reader
-    from bpfsym.store import read_capture
+    from bpfsym.read.sidefile import read_capture
 
     cap = read_capture(data + ".bpfsym")
     ids = {p.id for p in cap.programs if p.functions and p.functions[0].name == row["prog"]}

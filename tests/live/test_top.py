@@ -395,7 +395,7 @@ RECORD = [sys.executable, "-m", "bpfsym", "record", "--no-perf", "--stats=0.2"]
 
 def check_record_stats(side: Path, prog_id: int, driver: Driver) -> None:
     """Between consecutive --stats samples, runs/s is within 5% of what the driver ran."""
-    from bpfsym.store import read_capture
+    from bpfsym.read.sidefile import read_capture
 
     wall = time.time() - time.monotonic()  # CLOCK_MONOTONIC -> wall, as the driver logs
     samples = [s for s in read_capture(str(side)).stats if s.prog_id == prog_id]

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from bpfsym import annotate, bpfinsn
+from bpfsym.annotate import bpfinsn
+from bpfsym.annotate import view as annotate
+from bpfsym.commands import annotate as annotate_cmd
 from bpfsym.formats import bpfinsn as fmt
 from bpfsym.model import (
     Capture,
@@ -360,7 +362,7 @@ def test_select() -> None:
 
 def test_configure() -> None:
     p = argparse.ArgumentParser()
-    annotate.configure(p)
+    annotate_cmd.configure(p)
     a = p.parse_args(["--prog", "12", "-i", "x.data", "--json", "--top", "3"])
     assert (a.prog, a.input, a.json, a.top, a.symbol, a.side) == (12, "x.data", True, 3, None, None)
     with pytest.raises(SystemExit):

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_annotate_offline import FIXTURE_NAMES, load_fixture, v4_only
 
-from bpfsym import bpfinsn
+from bpfsym.annotate import bpfinsn
 from bpfsym.formats import bpfinsn as fmt
 from bpfsym.formats.errors import FormatError
 

@@ -19,9 +19,9 @@ from elftools.elf.elffile import ELFFile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpfsym import btfinfo
 from bpfsym.formats import bpf, btf
 from bpfsym.formats.errors import FormatError
+from bpfsym.read import btf as btfinfo
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "btf"
 NAMES = ["btftest", "minimal"]

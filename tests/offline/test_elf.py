@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from bpfsym.formats import elf as E
 from bpfsym.formats import struct_of
 from bpfsym.formats.errors import FormatError
-from bpfsym.symbolize import ElfCache, ElfImage, load_elf_symbols
+from bpfsym.read.elf import ElfImage, load_elf_symbols
+from bpfsym.symbolize.user import ElfCache
 
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 PERF = "/usr/bin/perf"

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from bpfsym.hostsyms import HostKallsyms, kernel_kallsyms, parse_kallsyms, read_host_kallsyms
+from bpfsym.live.host import HostKallsyms, kernel_kallsyms, read_host_kallsyms
+from bpfsym.read.kallsyms import parse_kallsyms
 
 
 def _kallsyms(n_kernel: int, n_bpf: int) -> tuple[bytes, bytes]:

@@ -17,8 +17,9 @@ from test_annotate_offline import (
     load_fixture,
 )
 
-from bpfsym import jitdis
+from bpfsym.annotate import jitdis
 from bpfsym.model import Function, KernelSymbol, Program
+from bpfsym.read.kallsyms import capture_kernel_symbols
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
@@ -105,7 +106,7 @@ def test_arm64_decoded() -> None:
     assert (insns[8].text, insns[8].target, insns[8].is_call) == ("blr x10", A64_KTIME, True)
     assert insns[10].text == "ret" and insns[10].target is None
     cap = a64_capture()
-    syms = jitdis.SymbolTable(cap.kernel_symbols(), cap.programs)
+    syms = jitdis.SymbolTable(capture_kernel_symbols(cap), cap.programs)
     labels, outside = jitdis.target_names(insns, A64_FN, len(image), syms)
     assert outside == {A64_LOOKUP: "bpf_map_lookup_elem", A64_KTIME: "bpf_ktime_get_ns"}
     assert labels == {A64_FN + 0x14: ".L0"}

@@ -16,9 +16,10 @@ import subprocess
 import pytest
 from perftext import FIXTURES, fixture_kallsyms
 
-from bpfsym.hostsyms import HostKallsyms, kernel_build_id
-from bpfsym.perfdata import PerfData
-from bpfsym.report import analyze, render_stdio
+from bpfsym.live.host import HostKallsyms, kernel_build_id
+from bpfsym.read.perfdata import PerfData
+from bpfsym.report.analysis import analyze
+from bpfsym.report.render import render_stdio
 
 DATA = os.path.join(FIXTURES, "bpf.data")
 SHIFT = 0x2E00000  # a KASLR slide: what a reboot moves the kernel by

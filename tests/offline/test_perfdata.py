@@ -14,13 +14,8 @@ from hypothesis import strategies as st
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.formats.errors import FormatError
-from bpfsym.perfdata import (
-    PerfData,
-    parse_bpf_btf,
-    parse_bpf_prog_info,
-    parse_build_ids,
-    struct_of,
-)
+from bpfsym.read.features import parse_bpf_btf, parse_bpf_prog_info, parse_build_ids
+from bpfsym.read.perfdata import PerfData, struct_of
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
 

@@ -16,9 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpfsym.formats.errors import FormatError
-from bpfsym.perfdata import NotBulk, PerfData
-from bpfsym.report import NUMPY_MIN_BYTES, analyze, render_folded, render_json, render_stdio
-from bpfsym.symbolize import KernelSymbols, SortedKallsyms
+from bpfsym.read.bulk import NotBulk
+from bpfsym.read.kallsyms import KernelSymbols, SortedKallsyms, capture_kernel_symbols
+from bpfsym.read.perfdata import PerfData
+from bpfsym.report.analysis import NUMPY_MIN_BYTES, analyze
+from bpfsym.report.render import render_folded, render_json, render_stdio
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
 EMPTY = os.devnull  # an empty kallsyms file: the same (no) kernel symbols on any host
@@ -59,12 +61,12 @@ def test_numpy_and_pure_python_reports_are_identical(
 def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bpfsym import report
+    from bpfsym.report import bulk
 
     def broken(self: object) -> tuple:
         raise RuntimeError("child went wrong")  # only the forked child calls this
 
-    monkeypatch.setattr(report._BulkAggregator, "_portable", broken)
+    monkeypatch.setattr(bulk._BulkAggregator, "_portable", broken)
     path = os.path.join(FIX, "bpf.data")
     an = analyze(path, None, None, True, False, EMPTY, None, True, True)
     assert not an.accelerated  # the record-by-record reader did it instead
@@ -243,7 +245,7 @@ def test_side_file_kallsyms_read_three_ways_answer_alike() -> None:
     # a side file keeps /proc/kallsyms' kernel part and the [bpf] trampoline lines as
     # text; report reads the text itself (in place, or with numpy), others parse it
     from bpfsym.model import Capture, CaptureHeader
-    from bpfsym.report import _kernel_symbols
+    from bpfsym.symbolize.kernel import kernel_symbols as _kernel_symbols
 
     # as /proc/kallsyms has it: the kernel's own lines by address, then module lines
     lines = [x.split("\t")[0] for x in _kallsyms_lines()]
@@ -253,9 +255,9 @@ def test_side_file_kallsyms_read_three_ways_answer_alike() -> None:
     cap = Capture(CaptureHeader("", "", 0, "", -1, 0), kallsyms_texts=[kernel, bpf])
     here, _ = _kernel_symbols(None, cap, None)  # type: ignore[arg-type]
     full, _ = _kernel_symbols(None, cap, None, np)  # type: ignore[arg-type]
-    parsed = KernelSymbols(cap.kernel_symbols(), "x")
+    parsed = KernelSymbols(capture_kernel_symbols(cap), "x")
     assert isinstance(here, SortedKallsyms) and full is not None and here is not None
-    assert len(cap.kernel_symbols()) == len(lines) + 2  # the trampoline too, for annotate
+    assert len(capture_kernel_symbols(cap)) == len(lines) + 2  # the trampoline too, for annotate
     for s in parsed.syms:
         for ip in (s.addr - 1, s.addr, s.addr + 1, 0xFFFFFFFFC0200005):
             assert here.lookup(ip) == full.lookup(ip) == parsed.lookup(ip), hex(ip)

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from perftext import event_counts, fixture_kallsyms, is_bpf_func, sections
 
 from bpfsym.formats.errors import FormatError
-from bpfsym.report import analyze, render_stdio
+from bpfsym.report.analysis import analyze
+from bpfsym.report.render import render_stdio
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures", "perfdata")

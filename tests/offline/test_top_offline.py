@@ -12,8 +12,10 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpfsym import top
+from bpfsym.commands import top as top_cmd
 from bpfsym.live.stats import ProgSample, Snapshot, enable_error, fdinfo_prog_id
+from bpfsym.top import render
+from bpfsym.top import rows as toprows
 
 S = 1_000_000_000
 
@@ -43,7 +45,7 @@ def snap(start: int, *progs: ProgSample) -> Snapshot:
 def test_continuing_program_deltas() -> None:
     prev = snap(10 * S, prog(7, run_time=5_000, cnt=50, misses=1, at=10 * S))
     cur = snap(12 * S, prog(7, run_time=405_000, cnt=4_050, misses=4, at=12 * S))
-    rows, new, gone = top.compute_rows(prev, cur, {7: [(99, "loader"), (3, "init")]}, ncpus=4)
+    rows, new, gone = toprows.compute_rows(prev, cur, {7: [(99, "loader"), (3, "init")]}, ncpus=4)
     (r,) = rows
     assert (new, gone) == ([], [])
     assert r.interval_ns == 2 * S and r.runs == 4_000 and r.run_ns == 400_000 and r.misses == 3
@@ -58,7 +60,7 @@ def test_continuing_program_deltas() -> None:
 def test_each_program_uses_its_own_read_times() -> None:
     prev = snap(10 * S, prog(1, at=10 * S + 1_000), prog(2, at=10 * S + 5_000_000))
     cur = snap(11 * S, prog(1, cnt=10, at=11 * S + 1_000), prog(2, cnt=10, at=11 * S + 25_000_000))
-    rows, _, _ = top.compute_rows(prev, cur, {}, ncpus=1)
+    rows, _, _ = toprows.compute_rows(prev, cur, {}, ncpus=1)
     by_id = {r.id: r for r in rows}
     assert by_id[1].interval_ns == S and by_id[1].runs_per_s == 10.0
     assert by_id[2].interval_ns == S + 20_000_000 and by_id[2].runs_per_s == 10 / 1.02
@@ -68,7 +70,9 @@ def test_new_program_counts_from_zero_since_previous_refresh() -> None:
     prev = snap(10 * S, prog(1, at=10 * S))
     # loaded half a second after the previous refresh began, ran 300 times
     late = prog(2, run_time=30_000, cnt=300, load=10 * S + S // 2, at=11 * S)
-    rows, new, gone = top.compute_rows(prev, snap(11 * S, prog(1, at=11 * S), late), {}, ncpus=2)
+    rows, new, gone = toprows.compute_rows(
+        prev, snap(11 * S, prog(1, at=11 * S), late), {}, ncpus=2
+    )
     r = next(r for r in rows if r.id == 2)
     assert new == [2] and gone == [] and r.new
     assert r.interval_ns == S and r.runs == 300 and r.run_ns == 30_000 and r.avg_ns == 100.0
@@ -77,10 +81,10 @@ def test_new_program_counts_from_zero_since_previous_refresh() -> None:
 def test_program_missed_by_previous_refresh_waits_one_refresh() -> None:
     # loaded before the previous refresh began, but that refresh did not see it
     missed = prog(3, run_time=10**9, cnt=10**6, load=9 * S, at=11 * S)
-    rows, new, _ = top.compute_rows(snap(10 * S), snap(11 * S, missed), {}, ncpus=1)
+    rows, new, _ = toprows.compute_rows(snap(10 * S), snap(11 * S, missed), {}, ncpus=1)
     assert rows == [] and new == []
     then = prog(3, run_time=10**9 + 500, cnt=10**6 + 5, load=9 * S, at=12 * S)
-    rows, new, _ = top.compute_rows(snap(11 * S, missed), snap(12 * S, then), {}, ncpus=1)
+    rows, new, _ = toprows.compute_rows(snap(11 * S, missed), snap(12 * S, then), {}, ncpus=1)
     assert [(r.id, r.runs, r.run_ns, r.new) for r in rows] == [(3, 5, 500, False)] and new == []
 
 
@@ -88,19 +92,19 @@ def test_vanished_and_reused_id() -> None:
     prev = snap(10 * S, prog(4, cnt=100, load=2 * S, at=10 * S), prog(5, cnt=9, at=10 * S))
     # id 4 now names another program, loaded after the previous refresh
     reborn = prog(4, cnt=3, load=10 * S + 1, at=11 * S)
-    rows, new, gone = top.compute_rows(prev, snap(11 * S, reborn), {}, ncpus=1)
+    rows, new, gone = toprows.compute_rows(prev, snap(11 * S, reborn), {}, ncpus=1)
     assert gone == [4, 5] and new == [4]
     assert [(r.id, r.runs, r.new) for r in rows] == [(4, 3, True)]
 
 
-def row(pid: int, **kw: object) -> top.Row:
+def row(pid: int, **kw: object) -> toprows.Row:
     base: dict[str, object] = dict(
         id=pid, type="xdp", name=f"n{pid}", ksym=f"bpf_prog_{pid:016x}_n{pid}", tag=f"{pid:016x}",
         interval_ns=S, runs=0, run_ns=0, misses=0, run_time_ns=0, run_cnt=0, recursion_misses=0,
         ncpus=2,
     )  # fmt: skip
     base.update(kw)
-    return top.Row(**base)  # type: ignore[arg-type]
+    return toprows.Row(**base)  # type: ignore[arg-type]
 
 
 def test_sort_directions_and_ties() -> None:
@@ -112,7 +116,7 @@ def test_sort_directions_and_ties() -> None:
     ]
 
     def ids(key: str, reverse: bool = False) -> list[int]:
-        return [r.id for r in top.sort_rows(rows, key, reverse)]
+        return [r.id for r in toprows.sort_rows(rows, key, reverse)]
 
     assert ids("id") == [1, 2, 3, 4]
     assert ids("runs") == [1, 2, 3, 4]  # 30, then the tie 10/10 by id, then 0
@@ -134,7 +138,7 @@ def test_filters() -> None:
     ]
 
     def ids(**kw: object) -> list[int]:
-        f = top.Filter(**kw)  # type: ignore[arg-type]
+        f = toprows.Filter(**kw)  # type: ignore[arg-type]
         return [r.id for r in rows if f.matches(r)]
 
     assert ids() == [1, 2, 3]
@@ -148,11 +152,11 @@ def test_filters() -> None:
 
 
 def test_number_formats() -> None:
-    assert [top.fmt_si(x) for x in (0, 0.5, 7, 999, 1000, 12_345, 123_456, 1_234_567, 2e9)] == [
+    assert [render.fmt_si(x) for x in (0, 0.5, 7, 999, 1000, 12_345, 123_456, 1_234_567, 2e9)] == [
         "0", "0.5", "7", "999", "1.00k", "12.3k", "123k", "1.23M", "2.00G",
     ]  # fmt: skip
-    assert top.fmt_si(999_999) == "1.00M" and top.fmt_si(999_499) == "999k"
-    assert [top.fmt_si(x, 2) for x in (7, 99, 1_234, 12_345, 123_456, 2_500_000)] == [
+    assert render.fmt_si(999_999) == "1.00M" and render.fmt_si(999_499) == "999k"
+    assert [render.fmt_si(x, 2) for x in (7, 99, 1_234, 12_345, 123_456, 2_500_000)] == [
         "7",
         "99",
         "1.2k",
@@ -161,14 +165,19 @@ def test_number_formats() -> None:
         "2.5M",
     ]
     assert (
-        top.fmt_duration(400 * 86_400 * S) == "400d"
-        and top.fmt_duration(99 * 86_400 * S) == "99d00h"
+        render.fmt_duration(400 * 86_400 * S) == "400d"
+        and render.fmt_duration(99 * 86_400 * S) == "99d00h"
     )
-    assert [top.fmt_duration(n) for n in (0, 850_000, 999 * 10**6, 59 * S, 61 * S, 3_600 * S, 100 * 3_600 * S)] == [
+    assert [render.fmt_duration(n) for n in (0, 850_000, 999 * 10**6, 59 * S, 61 * S, 3_600 * S, 100 * 3_600 * S)] == [
         "0us", "850us", "999ms", "59.0s", "1m01s", "1h00m", "4d04h",
     ]  # fmt: skip
-    assert [top.fmt_pct(x) for x in (0, 12.345, 999.9, 1234.4)] == ["0.0", "12.3", "999.9", "1234"]
-    assert [top.fmt_pids(h) for h in ([], [(7, "a")], [(7, "a"), (8, "b"), (9, "c")])] == [
+    assert [render.fmt_pct(x) for x in (0, 12.345, 999.9, 1234.4)] == [
+        "0.0",
+        "12.3",
+        "999.9",
+        "1234",
+    ]
+    assert [render.fmt_pids(h) for h in ([], [(7, "a")], [(7, "a"), (8, "b"), (9, "c")])] == [
         "-",
         "7",
         "7+2",
@@ -180,7 +189,7 @@ def test_default_table_under_80_columns() -> None:
         999_999, type="raw_tracepoint_writable", name="a" * 15, runs=987_654_321, run_ns=50 * S,
         interval_ns=S, run_time_ns=400 * 86_400 * S, recursion_misses=12_345, holders=[(99_999, "c")] * 3,
     )  # fmt: skip
-    lines = top.table([big, row(1)])
+    lines = render.table([big, row(1)])
     assert all(len(line) < 80 for line in lines), lines
     assert lines[0].split() == [
         "ID",
@@ -207,15 +216,15 @@ def test_default_table_under_80_columns() -> None:
         "12k",
         "99999+2",
     ]
-    wide = top.table([big], wide=True)
+    wide = render.table([big], wide=True)
     assert "raw_tracepoint_writable" in wide[1] and "99999/c,99999/c,99999/c" in wide[1]
 
 
 def test_json_and_csv() -> None:
     r = row(9, runs=4, run_ns=400, run_cnt=40, run_time_ns=4_000, holders=[(5, "a b")], new=True)
     idle = row(10)
-    ref = top.Refresh(1_700_000_000.25, S, 2, [r, idle], total=3, new=[9], vanished=[8])
-    d = json.loads(top.refresh_json(ref, [r, idle], "cpu"))
+    ref = toprows.Refresh(1_700_000_000.25, S, 2, [r, idle], total=3, new=[9], vanished=[8])
+    d = json.loads(render.refresh_json(ref, [r, idle], "cpu"))
     assert (d["time"], d["interval_s"], d["ncpus"], d["programs_total"], d["new"], d["vanished"]) == (
         1_700_000_000.25, 1.0, 2, 3, [9], [8],
     )  # fmt: skip
@@ -228,22 +237,22 @@ def test_json_and_csv() -> None:
     )
     assert p["holders"] == [{"pid": 5, "comm": "a b"}] and p["new"] is True
     assert d["programs"][1]["avg_ns"] is None
-    text = top.csv_lines(ref, [r, idle], header=True)
+    text = render.csv_lines(ref, [r, idle], header=True)
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert list(rows[0]) == top.CSV_FIELDS
+    assert list(rows[0]) == render.CSV_FIELDS
     assert rows[0]["holders"] == "5/a b" and rows[0]["new"] == "1" and rows[1]["avg_ns"] == ""
-    assert top.csv_lines(ref, [], header=False) == ""
+    assert render.csv_lines(ref, [], header=False) == ""
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    top.configure(p)
+    top_cmd.configure(p)
     return p.parse_args(argv)
 
 
 def test_command_line() -> None:
     a = parse(["-b", "2.5", "3", "--type", "socket", "--id", "4,5", "--id", "6", "-s", "avg"])
-    assert top._settle(a) == ""
+    assert top_cmd._settle(a) == ""
     assert (a.interval, a.count, a.type, a.id, a.sort) == (
         2.5,
         3,
@@ -252,11 +261,13 @@ def test_command_line() -> None:
         "avg",
     )
     a = parse(["-d", "0.5", "-n", "2"])
-    assert top._settle(a) == "" and (a.interval, a.count) == (0.5, 2)
+    assert top_cmd._settle(a) == "" and (a.interval, a.count) == (0.5, 2)
     a = parse([])
-    assert top._settle(a) == "" and (a.interval, a.count) == (1.0, None)
-    assert top.run(parse(["-d", "1", "2"])) == 2  # interval given twice: refused before any bpf()
-    assert top.run(parse(["-n", "1", "1", "3"])) == 2
+    assert top_cmd._settle(a) == "" and (a.interval, a.count) == (1.0, None)
+    assert (
+        top_cmd.run(parse(["-d", "1", "2"])) == 2
+    )  # interval given twice: refused before any bpf()
+    assert top_cmd.run(parse(["-n", "1", "1", "3"])) == 2
     for bad in (["--type", "nosuch"], ["-d", "0"], ["-n", "-1"], ["--id", "x"], ["-s", "color"]):
         try:
             parse(bad)
@@ -310,7 +321,7 @@ counters = st.tuples(st.integers(0, 10**12), st.integers(0, 10**9), st.integers(
 @given(
     st.dictionaries(st.integers(1, 50), st.tuples(counters, st.integers(0, 20 * S)), max_size=12),
     st.dictionaries(st.integers(1, 50), st.tuples(counters, st.integers(0, 20 * S)), max_size=12),
-    st.sampled_from(top.SORT_KEYS),
+    st.sampled_from(toprows.SORT_KEYS),
     st.booleans(),
 )
 def test_compute_and_sort_properties(
@@ -333,7 +344,7 @@ def test_compute_and_sort_properties(
             for i, (c, ld) in after.items()
         ),
     )
-    rows, new, gone = top.compute_rows(prev, cur, {}, ncpus=3)
+    rows, new, gone = toprows.compute_rows(prev, cur, {}, ncpus=3)
     for r in rows:
         assert (
             r.id in after and r.runs >= 0 and r.run_ns >= 0 and r.misses >= 0 and r.interval_ns == S
@@ -351,8 +362,8 @@ def test_compute_and_sort_properties(
     assert shown == {
         i for i in after if (i in before and before[i][1] == after[i][1]) or after[i][1] > 10 * S
     }
-    ordered = top.sort_rows(rows, key, reverse)
+    ordered = toprows.sort_rows(rows, key, reverse)
     assert sorted(r.id for r in ordered) == sorted(shown)
-    values = [top._SORT_VALUE[key](r) for r in ordered]
-    descending = (key in top._DESCENDING) != reverse
+    values = [toprows._SORT_VALUE[key](r) for r in ordered]
+    descending = (key in toprows._DESCENDING) != reverse
     assert all((a >= b) if descending else (a <= b) for a, b in itertools.pairwise(values))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import struct
 
-from bpfsym import btfinfo
 from bpfsym.formats import bpf as fb
 from bpfsym.model import Function, Program, ksym_name
+from bpfsym.read import btf as btfinfo
 
 
 def _ints(blob: bytes, fmt: str) -> list[int]:

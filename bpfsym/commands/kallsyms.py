@@ -12,7 +12,8 @@ import argparse
 import os
 import sys
 
-from .model import Capture
+from bpfsym.model import Capture
+from bpfsym.read.kallsyms import capture_kernel_symbols
 
 EPILOG = """examples:
   bpfsym kallsyms -i perf.data.bpfsym -o ksyms
@@ -28,7 +29,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def kallsyms_lines(cap: Capture) -> list[str]:
     """The kallsyms text of a capture: kernel snapshot, then BPF functions by load time."""
     out = []
-    for s in cap.kernel_symbols():
+    for s in capture_kernel_symbols(cap):
         mod = f"\t[{s.module}]" if s.module else ""
         out.append(f"{s.addr:016x} {s.type} {s.name}{mod}\n")
     progs = sorted(cap.programs, key=lambda p: (p.load_time is not None, p.load_time or 0, p.id))
@@ -39,7 +40,7 @@ def kallsyms_lines(cap: Capture) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .store import read_capture
+    from bpfsym.read.sidefile import read_capture
 
     cap = read_capture(args.input)
     text = "".join(kallsyms_lines(cap))

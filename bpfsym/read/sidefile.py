@@ -1,4 +1,4 @@
-"""The crash-safe side-file writer and its reader (formats/sidefile.py).
+"""The side file (formats/sidefile.py): its crash-safe writer and its reader.
 
 The writer appends one frame per os.write(); the reader returns every complete
 frame, reports a torn tail, and rebuilds the program timeline from snapshot
@@ -19,10 +19,10 @@ from typing import Any
 
 from construct import ConstructError, Struct
 
+from bpfsym.errors import FormatError
 from bpfsym.formats import fixed_head, struct_of
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
-from bpfsym.formats.errors import FormatError
 from bpfsym.model import (
     ORIGIN_SIDEBAND,
     Capture,
@@ -253,7 +253,7 @@ def _read(path: str, data: bytes | mmap.mmap) -> Capture:
     cap.lost = timeline.lost
     little = header.byteorder == "little"
     seen: set[int] = set()
-    from bpfsym.proginfo import program_from_blobs  # here: BTF decoding is a heavy import
+    from bpfsym.read.proginfo import program_from_blobs  # here: BTF decoding is a heavy import
 
     for off, rec in prog_recs:
         try:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import struct
 
-from .formats import bpf, btf, struct_of
-from .formats.errors import FormatError
-from .model import FuncInfo, LineEntry
+from bpfsym.errors import FormatError
+from bpfsym.formats import bpf, btf, struct_of
+from bpfsym.model import FuncInfo, LineEntry
 
 # struct.Struct views of bpf_func_info / bpf_line_info, derived from formats.bpf
 _FUNC_REC = struct_of(bpf.func_info)[0]

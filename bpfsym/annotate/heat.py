@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from bpfsym.model import Capture
-from bpfsym.perfdata import PerfData
+from bpfsym.read.perfdata import PerfData
 
 RECORD_SAMPLE = 9
 

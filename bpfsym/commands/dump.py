@@ -12,7 +12,8 @@ from typing import Any
 
 from bpfsym.formats.bpf import prog_type_name
 from bpfsym.model import Capture, Program
-from bpfsym.store import read_capture
+from bpfsym.read.kallsyms import capture_kernel_symbols
+from bpfsym.read.sidefile import read_capture
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def to_json(cap: Capture) -> dict[str, Any]:
         "lost": cap.lost,
         "torn": cap.torn,
         "warnings": cap.warnings,
-        "kallsyms": len(cap.kernel_symbols()),
+        "kallsyms": len(capture_kernel_symbols(cap)),
         "programs": [
             {
                 "id": p.id,
@@ -82,7 +83,7 @@ def render(cap: Capture, path: str) -> None:
     print(f"# side file: {path}")
     print(f"# host {h.hostname}, kernel {h.kernel_release} {h.arch}, boot {h.boot_id}")
     print(
-        f"# {len(cap.programs)} programs, {len(cap.kernel_symbols())} kernel symbols, {cap.lost} lost side-band records"
+        f"# {len(cap.programs)} programs, {len(capture_kernel_symbols(cap))} kernel symbols, {cap.lost} lost side-band records"
     )
     for k, v in sorted(cap.sysctls.items()):
         print(f"# {k} = {v}")

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bpfsym.errors import FormatError
 from bpfsym.formats import bpfinsn as f
-from bpfsym.formats.errors import FormatError
 
 _INSN_LE = struct.Struct("<BBhi")
 _INSN_BE = struct.Struct(">BBhi")

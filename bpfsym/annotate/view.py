@@ -1,4 +1,5 @@
-"""bpfsym annotate: JIT disassembly of BPF functions with sample heat, BPF insns and source.
+"""A program's annotation: JIT code with sample heat, split into source lines (each with
+its text from BTF and its xlated BPF instructions), rendered as text or JSON.
 
 Each native instruction of a captured JIT image gets its samples; jited_line_info splits the
 image into source lines, each shown with its text (from BTF) and the xlated BPF instructions of
@@ -7,27 +8,21 @@ that line, printed like `bpftool prog dump xlated`. Runs on any machine from the
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bpfsym import bpfinsn, jitdis
+from bpfsym.annotate import bpfinsn, jitdis
 from bpfsym.model import Capture, Function, KernelSymbol, LineEntry, Program
+from bpfsym.read.kallsyms import capture_kernel_symbols
 
-EPILOG = """examples:
-  bpfsym annotate --prog 485                       # every function of program 485
-  bpfsym annotate bpf_prog_6deef7357e7b4530_sub1   # one function, by its kallsyms name
-  bpfsym annotate xdp_demo --json                  # per-instruction records
-"""
-
-HOT = 5.0  # percent of a function: red, like perf annotate
-WARM = 0.5  # percent: green
 _RED, _GREEN, _BOLD, _RESET = "\033[31m", "\033[32m", "\033[1m", "\033[0m"
+HOT = 5.0  # percent of a function: red, like perf annotate
+
+WARM = 0.5  # percent: green
 
 
 @dataclass
@@ -202,9 +197,6 @@ def build_view(
     return view
 
 
-# ---- summaries -----------------------------------------------------------------------------
-
-
 def hottest_rows(view: ProgramView, n: int) -> list[tuple[FunctionView, Row]]:
     rows = [(fv, r) for fv in view.functions for b in fv.blocks for r in b.rows if r.samples]
     rows.sort(key=lambda fr: (-fr[1].samples, fr[1].addr))
@@ -222,9 +214,6 @@ def hottest_lines(view: ProgramView, n: int) -> list[tuple[LineEntry, int]]:
                 acc[key] = (old[0] if old else b.line, (old[1] if old else 0) + b.samples)
     out = sorted(acc.values(), key=lambda ls: (-ls[1], ls[0].file, ls[0].line))
     return out[:n]
-
-
-# ---- rendering -----------------------------------------------------------------------------
 
 
 def _where(ln: LineEntry) -> str:
@@ -344,42 +333,6 @@ def render_json(view: ProgramView, *, top: int = 10) -> dict[str, Any]:
     return out
 
 
-# ---- command line --------------------------------------------------------------------------
-
-
-def _positive(s: str) -> int:
-    try:
-        v = int(s, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {s!r}")
-    return v
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "symbol",
-        nargs="?",
-        metavar="SYMBOL",
-        help="kallsyms name of a BPF function, a program name, or a program id",
-    )
-    p.add_argument("--prog", type=_positive, metavar="ID", help="annotate program ID")
-    p.add_argument(
-        "-i",
-        "--input",
-        default="perf.data",
-        metavar="FILE",
-        help="perf.data to count samples from (default: perf.data)",
-    )
-    p.add_argument("--side", metavar="FILE", help="side file (default: INPUT.bpfsym)")
-    p.add_argument("--stdio", action="store_true", help="plain text output (the default)")
-    p.add_argument("--json", action="store_true", help="JSON records, one object per program")
-    p.add_argument("--top", type=_positive, default=10, metavar="N",
-                   help="hottest instructions and lines to summarize (default: 10)")  # fmt: skip
-    p.epilog = EPILOG
-
-
 Heat = Mapping[int, Mapping[int, int]]  # prog id -> native address -> samples
 
 
@@ -424,7 +377,7 @@ def annotate(
         what = symbol if symbol is not None else f"program {prog_id}" if prog_id else None
         msg = f"no BPF program matches {what}" if what else "no samples in any BPF program"
         return msg + " (see bpfsym report for what was sampled)\n", 1
-    kallsyms = capture.kernel_symbols()
+    kallsyms = capture_kernel_symbols(capture)
     symbols = jitdis.SymbolTable(kallsyms, capture.programs)
     views = [
         build_view(p, samples.get(p.id, {}), kallsyms, capture.header.arch,
@@ -434,23 +387,3 @@ def annotate(
     if as_json:
         return json.dumps([render_json(v, top=top) for v in views], indent=1) + "\n", 0
     return "\n".join(render_text(v, top=top, color=color) for v in views), 0
-
-
-def run(args: argparse.Namespace) -> int:
-    from bpfsym.heat import bpf_sample_counts
-    from bpfsym.store import read_capture
-
-    side = args.side or f"{args.input}.bpfsym"
-    capture = read_capture(side)
-    samples = bpf_sample_counts(args.input, capture) if os.path.exists(args.input) else {}
-    text, status = annotate(
-        capture,
-        samples,
-        prog_id=args.prog,
-        symbol=args.symbol,
-        top=args.top,
-        as_json=args.json,
-        color=sys.stdout.isatty() and not args.json,
-    )
-    (sys.stdout if status == 0 else sys.stderr).write(text)
-    return status

@@ -1,18 +1,22 @@
-"""Facts about the running host that reports and captures check: its kernel symbols
-(/proc/kallsyms up to the BPF part) and its boot id. Kept light: a report imports it."""
+"""Facts about the running host: its boot id, kernel build id, sysctls, identity, the
+kernel part of /proc/kallsyms (read by a process of its own), a process's children.
+
+The only place outside the bpf()/perf_event_open wrappers that reads /proc and /sys.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import platform
+import socket
 import struct
 import subprocess
 import sys
 
-from . import _kread
-from ._kread import kernel_kallsyms
-from .model import KernelSymbol
+from bpfsym.live import kernel_kallsyms as _reader
+from bpfsym.live.kernel_kallsyms import kernel_kallsyms
 
 
 def host_boot_id() -> str:
@@ -46,48 +50,6 @@ def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
     return ""
 
 
-def symbol_address(text: str, name: str) -> int | None:
-    """The address of the first kallsyms line naming `name` (a ref-reloc symbol: _text)."""
-    at = text.find(f" {name}\n")
-    while at >= 0:
-        line_start = text.rfind("\n", 0, at) + 1
-        parts = text[line_start:at].split()
-        if len(parts) == 2:  # "addr type" before the name: a whole field, not a suffix
-            try:
-                return int(parts[0], 16)
-            except ValueError:
-                return None
-        at = text.find(f" {name}\n", at + 1)
-    return None
-
-
-def relocate_kallsyms(text: str, delta: int) -> str:
-    """kallsyms text with every address moved down by delta: the host's (KASLR) layout
-    put back into the one a perf.data recorded, as perf's kallsyms__delta does."""
-    if not delta:
-        return text
-    out = []
-    for line in text.splitlines(keepends=True):
-        addr, sep, rest = line.partition(" ")
-        try:
-            out.append(f"{(int(addr, 16) - delta) & (2**64 - 1):0{len(addr)}x}{sep}{rest}")
-        except ValueError:
-            out.append(line)
-    return "".join(out)
-
-
-def parse_kallsyms(text: str) -> list[KernelSymbol]:
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        mod = parts[3].strip("[]") if len(parts) > 3 else ""
-        out.append(KernelSymbol(int(parts[0], 16), parts[1], parts[2], mod))
-    out.sort(key=lambda s: s.addr)
-    return out
-
-
 def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
     """The kernel part of a kallsyms file (up to the first [bpf] line: those come last)."""
     return kernel_kallsyms(path).decode("utf-8", "replace")
@@ -107,7 +69,7 @@ class HostKallsyms:
         self._done, done_w = os.pipe()  # end of file on _done: the reader has exited
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", _kread.__file__, path],
+                [sys.executable, "-I", "-S", _reader.__file__, path],
                 stdin=subprocess.DEVNULL, stdout=self._file, stderr=subprocess.DEVNULL,
                 pass_fds=(done_w,),
             )  # fmt: skip
@@ -158,19 +120,56 @@ class HostKallsyms:
         self._file = self._done = -1
 
 
-_early: HostKallsyms | None = None
+# sysctl -> (value that hides something, what it hides)
+SYSCTLS = {
+    "kernel.kptr_restrict": "kernel addresses in /proc/kallsyms read as 0 for non-root when >= 1, for all when 2",
+    "kernel.perf_event_paranoid": "system-wide perf needs CAP_PERFMON when > 0",
+    "net.core.bpf_jit_enable": "no JIT image (interpreter) when 0",
+    "net.core.bpf_jit_harden": "JIT images with constant blinding when >= 1 (2: for root too)",
+    "net.core.bpf_jit_kallsyms": "no bpf_prog_* kallsyms for non-root when 0",
+}
 
 
-def start_reading() -> None:
-    """Start reading /proc/kallsyms now, for a report that is still importing its modules
-    (take_reader() hands it over)."""
-    global _early
-    if _early is None:
-        _early = HostKallsyms()
+def read_sysctls() -> dict[str, str]:
+    out = {}
+    for name in SYSCTLS:
+        try:
+            with open("/proc/sys/" + name.replace(".", "/")) as f:
+                out[name] = f.read().strip()
+        except OSError:
+            out[name] = ""
+    return out
 
 
-def take_reader() -> HostKallsyms | None:
-    """The reader start_reading() started, if any (once)."""
-    global _early
-    got, _early = _early, None
-    return got
+def bpf_image_symbols(path: str = "/proc/kallsyms") -> bytes:
+    """The [bpf] symbols that are not programs: trampolines, dispatchers (bpf_trampoline_*,
+    bpf_dispatcher_*). Reading the BPF part is slow with many programs: run it off the
+    start-up path."""
+    out = []
+    with open(path, "rb") as f:
+        for line in f:
+            if line.endswith(b"\t[bpf]\n") and b" bpf_prog_" not in line:
+                out.append(line)
+    return b"".join(out)
+
+
+def identity() -> dict[str, object]:
+    u = platform.uname()
+    return {
+        "kernel_release": u.release,
+        "arch": u.machine,
+        "page_size": os.sysconf("SC_PAGE_SIZE"),
+        "boot_id": host_boot_id(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def child_pids(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out

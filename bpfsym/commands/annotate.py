@@ -1,0 +1,73 @@
+"""bpfsym annotate: JIT disassembly of BPF functions with sample heat, BPF insns and source.
+
+Each native instruction of a captured JIT image gets its samples; jited_line_info splits the
+image into source lines, each shown with its text (from BTF) and the xlated BPF instructions of
+that line, printed like `bpftool prog dump xlated`. Runs on any machine from the side file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bpfsym.annotate.view import annotate
+
+EPILOG = """examples:
+  bpfsym annotate --prog 485                       # every function of program 485
+  bpfsym annotate bpf_prog_6deef7357e7b4530_sub1   # one function, by its kallsyms name
+  bpfsym annotate xdp_demo --json                  # per-instruction records
+"""
+
+
+def _positive(s: str) -> int:
+    try:
+        v = int(s, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {s!r}")
+    return v
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "symbol",
+        nargs="?",
+        metavar="SYMBOL",
+        help="kallsyms name of a BPF function, a program name, or a program id",
+    )
+    p.add_argument("--prog", type=_positive, metavar="ID", help="annotate program ID")
+    p.add_argument(
+        "-i",
+        "--input",
+        default="perf.data",
+        metavar="FILE",
+        help="perf.data to count samples from (default: perf.data)",
+    )
+    p.add_argument("--side", metavar="FILE", help="side file (default: INPUT.bpfsym)")
+    p.add_argument("--stdio", action="store_true", help="plain text output (the default)")
+    p.add_argument("--json", action="store_true", help="JSON records, one object per program")
+    p.add_argument("--top", type=_positive, default=10, metavar="N",
+                   help="hottest instructions and lines to summarize (default: 10)")  # fmt: skip
+    p.epilog = EPILOG
+
+
+def run(args: argparse.Namespace) -> int:
+    from bpfsym.annotate.heat import bpf_sample_counts
+    from bpfsym.read.sidefile import read_capture
+
+    side = args.side or f"{args.input}.bpfsym"
+    capture = read_capture(side)
+    samples = bpf_sample_counts(args.input, capture) if os.path.exists(args.input) else {}
+    text, status = annotate(
+        capture,
+        samples,
+        prog_id=args.prog,
+        symbol=args.symbol,
+        top=args.top,
+        as_json=args.json,
+        color=sys.stdout.isatty() and not args.json,
+    )
+    (sys.stdout if status == 0 else sys.stderr).write(text)
+    return status

@@ -1,0 +1,101 @@
+"""bpfsym report: where perf.data samples landed, BPF programs named, like perf report.
+
+Symbols come from the side file (<input>.bpfsym) when there is one, else from
+perf.data's own KSYMBOL/BPF_EVENT records and header; the report header says
+which source named what and why samples stayed unresolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bpfsym.errors import FormatError
+from bpfsym.report.analysis import analyze, gc_paused
+from bpfsym.report.render import render_folded, render_json, render_stdio
+
+EPILOG = """examples:
+  bpfsym report                                  # perf.data (+ perf.data.bpfsym if there)
+  bpfsym report --sort prog,func,srcline --bpf-only
+  bpfsym report -g --stdio                       # with call graphs
+  bpfsym report --folded | flamegraph.pl > bpf.svg
+  bpfsym report --json -i run1.data --no-side
+"""
+
+SORT_KEYS = ("comm", "pid", "cpu", "dso", "sym", "prog", "func", "srcline")
+
+
+def sort_keys(text: str) -> list[str]:
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    for k in keys:
+        if k not in SORT_KEYS:
+            raise argparse.ArgumentTypeError(
+                f"unknown sort key {k!r} (choose from {', '.join(SORT_KEYS)})"
+            )
+    if not keys:
+        raise argparse.ArgumentTypeError("empty sort key list")
+    return keys
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-i", "--input", default="perf.data", help="perf.data file ('-' for stdin)")
+    p.add_argument("--side", help="side file (default: <input>.bpfsym when it exists)")
+    p.add_argument("--no-side", action="store_true", help="ignore any side file")
+    p.add_argument(
+        "-s",
+        "--sort",
+        type=sort_keys,
+        default=None,
+        help=f"sort keys, comma separated: {','.join(SORT_KEYS)} (default comm,dso,sym)",
+    )
+    p.add_argument("--bpf-only", action="store_true", help="only samples in BPF programs")
+    p.add_argument(
+        "-g", "--call-graph", action="store_true", help="show children overhead and call graphs"
+    )
+    p.add_argument("--stdio", action="store_true", help="text output (the default)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="JSON output")
+    out.add_argument("--folded", action="store_true", help="folded stacks for flame graphs")
+    p.add_argument(
+        "--percent-limit", type=float, default=0.0, help="hide entries below this overhead"
+    )
+    p.add_argument(
+        "--kallsyms", help="kernel symbols from this kallsyms file instead of a snapshot"
+    )
+
+
+def default_side(inp: str) -> str | None:
+    cand = inp + ".bpfsym"
+    return cand if inp != "-" and os.path.exists(cand) else None
+
+
+def run(args: argparse.Namespace) -> int:
+    side = None if args.no_side else (args.side or default_side(args.input))
+    keys = args.sort or ["comm", "dso", "sym"]
+    folded = bool(getattr(args, "folded", False))
+    callchains = bool(args.call_graph) or folded
+    if folded and "comm" not in keys:
+        keys = ["comm", *keys]
+    stream = sys.stdin.buffer if args.input == "-" else None
+    try:
+        an = analyze(
+            args.input, side, keys, callchains, args.bpf_only, args.kallsyms, stream,
+            host=getattr(args, "kallsyms_reader", None),
+        )  # fmt: skip
+    except FileNotFoundError as e:
+        raise FormatError(e.filename or args.input, 0, "no such file") from None
+    with gc_paused():
+        if args.json:
+            text = render_json(an, side)
+        elif folded:
+            text = render_folded(an)
+        else:
+            text = render_stdio(an, side, args.percent_limit)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0

@@ -1,0 +1,290 @@
+"""A report's analysis: one pass over a perf.data file aggregated by the sort keys, per
+event (EventStats), with what named the samples and why some stayed unresolved.
+
+Symbols come from the side file (<input>.bpfsym) when there is one, else from
+perf.data's own KSYMBOL/BPF_EVENT records and header; the report header says
+which source named what and why samples stayed unresolved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bpfsym.errors import FormatError
+from bpfsym.live.host import HostKallsyms
+from bpfsym.read.bulk import NotBulk
+from bpfsym.read.perfdata import EventAttr, PerfData
+from bpfsym.symbolize.symbols import UNRESOLVED, Sym
+
+PROGRESS_MIN_BYTES = 64 << 20
+
+BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
+
+NUMPY_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it saves
+
+PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
+
+FIRST_SHARE = 0.5  # of the file, read by the first of two processes
+
+TAIL_WINDOW = 1 << 20  # the first process's windows past its share
+
+GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
+
+
+@dataclass
+class EventStats:
+    attr: EventAttr
+    samples: int = 0
+    period: int = 0
+    rows: dict[tuple, list[int]] = field(default_factory=dict)  # key -> [period, samples]
+    stacks: dict[tuple, list[int]] = field(default_factory=dict)  # (head, syms) -> [p, n]
+
+
+@dataclass
+class Analysis:
+    path: str
+    pipe: bool
+    little: bool
+    header: Any
+    events: dict[int, EventStats]
+    keys: list[str]
+    origins: dict[str, int]
+    unresolved: dict[str, int]
+    notes: list[str]
+    lost: int
+    records: int
+    compressed: int
+    bpf_only: bool
+    callchains: bool
+    total_samples: int
+    cells: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # (head, sym) -> cells
+    stack_cells: dict[int, Any] = field(default_factory=dict)  # by id(EventStats)
+    runtime: dict[str, ProgRuntime] = field(default_factory=dict)  # by program (kallsyms) name
+    stats_every: float | None = None  # seconds between record --stats samples
+    accelerated: bool = False  # numpy did the per-sample work
+
+
+@dataclass
+class ProgRuntime:
+    """A program's BPF runtime stats between its first and last `record --stats` sample."""
+
+    runs: int
+    run_time_ns: int
+    cpu_percent: float  # of one CPU: run time over the wall time between the samples
+
+    @property
+    def ns_per_run(self) -> float:
+        return self.run_time_ns / self.runs if self.runs else 0.0
+
+
+def prog_runtime(cap: Any) -> tuple[dict[str, ProgRuntime], float | None]:
+    """Per-program deltas of the side file's stats samples, and the sampling interval.
+
+    Programs sharing a kallsyms name (the same code loaded twice) are added up.
+    """
+    if cap is None or not cap.stats:
+        return {}, None
+    names = {p.id: p.functions[0].name for p in cap.programs if p.functions}
+    by_id: dict[int, list[Any]] = {}
+    for x in cap.stats:
+        by_id.setdefault(x.prog_id, []).append(x)
+    out: dict[str, ProgRuntime] = {}
+    for prog_id, xs in by_id.items():
+        name = names.get(prog_id)
+        if name is None:
+            continue
+        xs.sort(key=lambda x: x.time)
+        first, last = xs[0], xs[-1]
+        wall = last.time - first.time
+        runs = last.run_cnt - first.run_cnt
+        ns = last.run_time_ns - first.run_time_ns
+        cpu = 100.0 * ns / wall if wall > 0 else 0.0
+        r = out.get(name)
+        if r is None:
+            out[name] = ProgRuntime(runs, ns, cpu)
+        else:
+            r.runs += runs
+            r.run_time_ns += ns
+            r.cpu_percent += cpu
+    times = sorted({x.time for x in cap.stats})
+    # the sampler sleeps the interval after each sample: the shortest gap is the closest
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    every = float(f"{min(gaps) / 1e9:.2g}") if gaps else None
+    return out, every
+
+
+def analyze(
+    path: str,
+    side: str | None = None,
+    keys: list[str] | None = None,
+    callchains: bool = False,
+    bpf_only: bool = False,
+    kallsyms: str | None = None,
+    stream: Any = None,
+    accelerate: bool | None = None,
+    parallel: bool | None = None,
+    host: HostKallsyms | None = None,
+) -> Analysis:
+    """Stream a perf.data file and aggregate its samples by the sort keys.
+
+    host: the host's /proc/kallsyms being read beside (the command line starts one before
+    its imports); made here when needed and not given.
+
+    accelerate: use numpy for the bulk of the samples (None: when it is installed);
+    parallel: with numpy, share the samples between two processes (None: for large
+    files when a second CPU is there). The result is the same either way.
+    """
+    keys = keys or ["comm", "dso", "sym"]
+    cap = None
+    if side:
+        from bpfsym.read.sidefile import read_capture
+
+        cap = read_capture(side)
+    if not kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
+        if host is None:
+            host = HostKallsyms()  # read while numpy loads; most reports here need it
+    elif host is not None:
+        host = None  # not needed after all: its thread finishes on its own
+    try:
+        with gc_paused():
+            return _analyze(
+                path, cap, keys, callchains, bpf_only, kallsyms, stream, accelerate, host,
+                parallel,
+            )  # fmt: skip
+    finally:
+        if host is not None:
+            host.close()
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a report makes its many small objects.
+
+    They hold no cycles, and the collector would scan them again and again (call-graph
+    reports ran a fifth faster without it)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _analyze(
+    path: str,
+    cap: Any,
+    keys: list[str],
+    callchains: bool,
+    bpf_only: bool,
+    kallsyms: str | None,
+    stream: Any,
+    accelerate: bool | None,
+    host: HostKallsyms | None,
+    parallel: bool | None = None,
+) -> Analysis:
+    small = accelerate is None and stream is None and _size(path) < NUMPY_MIN_BYTES
+    from bpfsym.report.bulk import _BulkAggregator
+    from bpfsym.report.ordered import _Aggregator
+
+    np = _numpy() if accelerate is not False and not small else None
+    if np is not None and stream is None:
+        pd = PerfData(path)
+        with pd:
+            bulk = pd.bulk(np)
+            if bulk is not None:
+                try:
+                    a: _Aggregator = _BulkAggregator(
+                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk, host, parallel
+                    )
+                    a.run()
+                    an = _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
+                    an.accelerated = True
+                    return an
+                except (NotBulk, FormatError):
+                    pass  # the record-by-record reader says what is wrong, or copes
+    pd = PerfData(path, stream)
+    with pd:
+        a = _Aggregator(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
+        a.run()
+        return _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
+
+
+def _with_runtime(an: Analysis, cap: Any) -> Analysis:
+    an.runtime, an.stats_every = prog_runtime(cap)
+    return an
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # PerfData says what is wrong with it
+
+
+def _numpy() -> Any:
+    # no linear algebra here: one BLAS thread starts faster (numpy's import spawns them)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _analysis(pd: PerfData, a: Any, keys: list[str], callchains: bool, bpf_only: bool) -> Analysis:
+    a.sym.demangle()  # before anything renders a name
+    origins: dict[str, int] = {}
+    unresolved: dict[str, int] = {}
+    for st in a.events.values():
+        for key, (_period, n) in st.rows.items():
+            s = _unpack_key(key, keys)[3]
+            origins[s.origin] = origins.get(s.origin, 0) + n
+            if s.origin == UNRESOLVED:
+                unresolved[s.reason] = unresolved.get(s.reason, 0) + n
+    notes: list[str] = []
+    sym = a.sym
+    if sym.kernel is not None:
+        notes.append(f"kernel symbols: {sym.kernel.note}")
+    elif sym.kernel_note:
+        notes.append(sym.kernel_note)
+    return Analysis(
+        path=pd.path,
+        pipe=pd.pipe,
+        little=pd.little,
+        header=pd.header,
+        events=a.events,
+        keys=keys,
+        origins=dict(sorted(origins.items(), key=lambda x: (-x[1], x[0]))),
+        unresolved=dict(sorted(unresolved.items(), key=lambda x: (-x[1], x[0]))),
+        notes=notes,
+        lost=a.lost,
+        records=a.nrec,
+        compressed=pd.compressed_records,
+        bpf_only=bpf_only,
+        callchains=callchains,
+        total_samples=a.total,
+    )
+
+
+def _unpack_key(key: tuple, keys: list[str]) -> tuple[str, int, int, Sym, int]:
+    """Undo the packing of the hot loop: (cpu?, comm, tid, sym, ip?)."""
+    i = 0
+    cpu = -1
+    comm = ""
+    tid = 0
+    if "cpu" in keys:
+        cpu = key[0]
+        i = 1
+    if "comm" in keys or "pid" in keys:
+        comm, tid = key[i], key[i + 1]
+        i += 2
+    s = key[i]
+    ip = key[i + 1] if "srcline" in keys else 0
+    return comm, tid, cpu, s, ip

@@ -1,0 +1,412 @@
+"""A report rendered: perf-report-like tables (--stdio, with -g children and callee
+trees), --json and --folded."""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from bpfsym.report.analysis import GRAPH_MIN_PERCENT, Analysis, EventStats, _unpack_key
+from bpfsym.symbolize.symbols import UNRESOLVED, SourceLine, Sym
+
+HEADINGS = {
+    "comm": "Command",
+    "pid": "Pid:Command",
+    "cpu": "CPU",
+    "dso": "Shared Object",
+    "sym": "Symbol",
+    "prog": "BPF Program",
+    "func": "Function",
+    "srcline": "Source:Line",
+}
+
+
+def _cell(key: str, comm: str, tid: int, cpu: int, s: Sym, ip: int) -> str:
+    if key == "comm":
+        return comm
+    if key == "pid":
+        return f"{tid:>7}:{comm}"
+    if key == "cpu":
+        return f"{cpu:03d}"
+    cell = SYM_CELLS.get(key)
+    return cell(s) if cell is not None else s.srcline(ip)
+
+
+HEAD_KEYS = ("comm", "pid")
+
+STACK_HEAD_KEYS = ("comm", "pid", "cpu")  # the columns a stack's head gives
+
+SYM_KEYS = ("dso", "sym", "prog", "func")
+
+SYM_CELLS: dict[str, Callable[[Sym], str]] = {  # _cell of the symbol's columns, by key
+    "dso": operator.attrgetter("dso"),
+    "sym": operator.attrgetter("label"),
+    "prog": lambda s: s.prog or "[not bpf]",
+    "func": operator.attrgetter("name"),
+}
+
+
+def table(an: Analysis, st: EventStats) -> list[tuple[tuple[str, ...], int, int]]:
+    """Rows (cells, period, samples) merged by their displayed cells, largest first."""
+    merged: dict[tuple[str, ...], list[int]] = {}
+    keys = an.keys
+    nhead = sum(1 for k in keys if k in HEAD_KEYS)
+    if all(k in HEAD_KEYS for k in keys[:nhead]) and all(k in SYM_KEYS for k in keys[nhead:]):
+        # cells of the comm/pid columns, then of the symbol's: each part made once
+        heads: dict[tuple, tuple[str, ...]] = {}
+        tails: dict[Sym, tuple[str, ...]] = {}
+        hkeys, skeys = keys[:nhead], keys[nhead:]
+        cell_of = [SYM_CELLS[k] for k in skeys]
+        for key, (period, n) in st.rows.items():
+            s = key[-1]
+            tail = tails.get(s)
+            if tail is None:
+                tail = tails[s] = tuple([f(s) for f in cell_of])
+            if nhead:
+                hk = key[:2]
+                head = heads.get(hk)
+                if head is None:
+                    head = heads[hk] = tuple(_cell(k, hk[0], hk[1], -1, s, 0) for k in hkeys)
+                cells = head + tail
+            else:
+                cells = tail
+            r = merged.get(cells)
+            if r is None:
+                merged[cells] = [period, n]
+            else:
+                r[0] += period
+                r[1] += n
+        return _sorted_rows(merged)
+    for key, (period, n) in st.rows.items():
+        comm, tid, cpu, s, ip = _unpack_key(key, an.keys)
+        cells = tuple(_cell(k, comm, tid, cpu, s, ip) for k in an.keys)
+        r = merged.get(cells)
+        if r is None:
+            merged[cells] = [period, n]
+        else:
+            r[0] += period
+            r[1] += n
+    return _sorted_rows(merged)
+
+
+def _sorted_rows(
+    merged: dict[tuple[str, ...], list[int]],
+) -> list[tuple[tuple[str, ...], int, int]]:
+    rows = [(c, p, n) for c, (p, n) in merged.items()]
+    rows.sort(key=_FIRST)  # then largest first; stable, so cells order ties
+    rows.sort(key=_SECOND, reverse=True)
+    return rows
+
+
+_FIRST = operator.itemgetter(0)
+
+_SECOND = operator.itemgetter(1)
+
+
+def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
+    """Children overhead: the period of every stack an entry appears in (once per stack)."""
+    ids, cells, _ = _stack_cells(an, st)
+    totals = [0] * len(cells)
+    for cl, period in ids:
+        for c in set(cl):
+            totals[c] += period
+    return dict(zip(cells, totals, strict=True))
+
+
+def _stack_cells(
+    an: Analysis, st: EventStats
+) -> tuple[list[tuple[list[int], int]], list[tuple[str, ...]], list[tuple[Sym, ...]]]:
+    """Per stack: the ids of its entries' cells (leaf first) and its period; the cells of
+    each id; the stacks' symbols. Made once per event (children and graphs share it)."""
+    got = an.stack_cells.get(id(st))
+    if got is not None:
+        return got
+    cell_id: dict[tuple[str, ...], int] = {}
+    cells: list[tuple[str, ...]] = []
+    by_head: dict[tuple, dict[Sym, int]] = {}
+    ids: list[tuple[list[int], int]] = []
+    chains: list[tuple[Sym, ...]] = []
+    keys = an.keys
+    nhead = sum(1 for k in keys if k in STACK_HEAD_KEYS)
+    split = all(k in STACK_HEAD_KEYS for k in keys[:nhead])  # head columns, then symbol's
+    heads: dict[tuple, tuple[str, ...]] = {}
+    tails: dict[Sym, tuple[str, ...]] = {}
+    for (head, syms), (period, _n) in st.stacks.items():
+        hc = by_head.get(head)
+        if hc is None:
+            hc = by_head[head] = {}
+            if split:
+                comm, tid, cpu, _, _ = _unpack_key((*head, None, 0), keys)
+                heads[head] = tuple(_cell(k, comm, tid, cpu, None, 0) for k in keys[:nhead])  # type: ignore[arg-type]
+        get = hc.get
+        cl = [get(s) for s in syms]
+        if None in cl:
+            for k, s in enumerate(syms):
+                i = hc.get(s)
+                if i is None:
+                    if split:
+                        tail = tails.get(s)
+                        if tail is None:
+                            tail = tails[s] = tuple(
+                                _cell(x, "", 0, -1, s, s.start) for x in keys[nhead:]
+                            )
+                        c = heads[head] + tail
+                    else:
+                        c = _cells_for(an, head, s)
+                    i = cell_id.get(c)
+                    if i is None:
+                        i = cell_id[c] = len(cells)
+                        cells.append(c)
+                    hc[s] = i
+                cl[k] = i
+        ids.append((cl, period))  # type: ignore[arg-type]
+        chains.append(syms)
+    got = an.stack_cells[id(st)] = (ids, cells, chains)
+    return got
+
+
+def _cells_for(an: Analysis, head: tuple, s: Sym) -> tuple[str, ...]:
+    got = an.cells.get((head, s))
+    if got is None:
+        comm, tid, cpu, _, _ = _unpack_key((*head, s, 0), an.keys)
+        got = an.cells[head, s] = tuple(_cell(k, comm, tid, cpu, s, s.start) for k in an.keys)
+    return got
+
+
+def _si(n: int) -> str:
+    """perf's convert_unit: 757 -> '757 ', 3737 -> '3K'."""
+    unit = " "
+    for u in "KMG":
+        if n > 1000:
+            n //= 1000
+            unit = u
+    return f"{n}{unit}"
+
+
+def header_lines(an: Analysis, side: str | None) -> list[str]:
+    h = an.header
+    mode = "pipe mode" if an.pipe else "file mode"
+    endian = "little-endian" if an.little else "big-endian"
+    out = [f"# bpfsym report of {an.path} ({mode}, {endian}, {an.records} records"]
+    if an.compressed:
+        out[-1] += f", {an.compressed} compressed"
+    out[-1] += ")"
+    if h.hostname or h.osrelease:
+        out.append(f"# recorded on {h.hostname or '?'}, kernel {h.osrelease or '?'}")
+    out.append(f"# side file: {side}" if side else "# side file: none (BPF from perf.data records)")
+    for n in an.notes:
+        out.append(f"# {n}")
+    total = sum(an.origins.values())
+    if total:
+        parts = ", ".join(
+            f"{o} {n}"
+            for o, n in sorted(an.origins.items(), key=lambda x: -x[1])
+            if o != UNRESOLVED
+        )
+        out.append(f"# samples named by: {parts or 'nothing'}")
+        nun = an.origins.get(UNRESOLVED, 0)
+        out.append(f"# unresolved: {nun} of {total} samples ({100.0 * nun / total:.2f}%)")
+        for why, count in sorted(an.unresolved.items(), key=lambda x: -x[1]):
+            out.append(f"#   {count:>9}  {why}")
+    if an.stats_every is not None:
+        out.append(f"# BPF runtime stats (record --stats) sampled every {an.stats_every:g} s:")
+        out.append(
+            "#   Runs, ns/run and CPU% (of one CPU) between a program's first and last sample"
+        )
+    for w in h.warnings:
+        out.append(f"# warning: {w}")
+    if an.bpf_only:
+        out.append("# --bpf-only: percentages are of all samples of the event")
+    out.append("#")
+    out.append(f"# Total Lost Samples: {an.lost}")
+    out.append("#")
+    return out
+
+
+def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
+    out = header_lines(an, side)
+    for st in an.events.values():
+        if not st.samples:
+            continue
+        out.append(f"# Samples: {_si(st.samples)} of event '{st.attr.name}'")
+        out.append(f"# Event count (approx.): {st.period}")
+        out.append("#")
+        rows = table(an, st)
+        total = st.period or 1
+        heads = [HEADINGS[k] for k in an.keys]
+        children = _children(an, st) if an.callchains and st.stacks else None
+        if children is not None:
+            selfp = {c: p for c, p, _ in rows}
+            entries = sorted(
+                set(children) | set(selfp),
+                key=lambda c: (-children.get(c, selfp.get(c, 0)), c),
+            )
+            lines = [(c, children.get(c, selfp.get(c, 0)), selfp.get(c, 0)) for c in entries]
+        else:
+            lines = [(c, p, p) for c, p, _ in rows]
+        lines = [x for x in lines if 100.0 * x[1] / total >= limit]
+        widths = [len(h) for h in heads]
+        for i in range(len(widths) - 1):
+            column = {c[i] for c, _, _ in lines}
+            widths[i] = max(widths[i], max(map(len, column), default=0))
+        pct_cols = "# Children      Self" if children is not None else "# Overhead"
+        dots = "# ........  ........" if children is not None else "# ........"
+        runtime = _runtime_cells(an)
+        if runtime is not None:
+            pct_cols += "  " + "  ".join(("Runs".rjust(10), "ns/run".rjust(9), "CPU%".rjust(6)))
+            dots += "  " + "  ".join(("." * 10, "." * 9, "." * 6))
+        out.append(
+            pct_cols + "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=False))
+        )
+        out.append(dots + "  " + "  ".join("." * w for w in widths))
+        out.append("#")
+        graphs = _graphs(an, st, lines, total) if children is not None else {}
+        if children is None and runtime is None:
+            # the plain overhead table: one format string for every line
+            fmt = "{:9.2f}%  " + "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{}"
+            out.extend(fmt.format(100.0 * p / total, *c).rstrip() for c, p, _ in lines)
+            out.append("")
+            continue
+        for c, p_children, p_self in lines:
+            cells = "  ".join(x.ljust(w) for x, w in zip(c, widths, strict=False))
+            if runtime is not None:
+                cells = runtime(c) + "  " + cells
+            if children is not None:
+                pc = 100.0 * p_children / total
+                out.append(f"{pc:9.2f}% {100.0 * p_self / total:9.2f}%  {cells.rstrip()}")
+                g = graphs.get(c)
+                if g:
+                    out.extend(g)
+                    out.append("")
+            else:
+                out.append(f"{100.0 * p_children / total:9.2f}%  {cells.rstrip()}")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _runtime_cells(an: Analysis) -> Any:
+    """With stats and a prog column: cells -> the Runs, ns/run and CPU% columns."""
+    if not an.runtime or "prog" not in an.keys:
+        return None
+    at = an.keys.index("prog")
+
+    def cells(c: tuple[str, ...]) -> str:
+        r = an.runtime.get(c[at])
+        if r is None:
+            return " " * 29
+        return f"{r.runs:>10}  {r.ns_per_run:>9.1f}  {r.cpu_percent:>5.2f}%"
+
+    return cells
+
+
+def _graphs(an: Analysis, st: EventStats, lines: list, total: int) -> dict[tuple, list[str]]:
+    """Callee trees under each entry with enough children overhead."""
+    ids, cells, chains = _stack_cells(an, st)
+    want = {c for c, pc, _ in lines if 100.0 * pc / total >= GRAPH_MIN_PERCENT}
+    want_ids = [c in want for c in cells]
+    trees: dict[int, dict] = {}
+    for (cl, period), syms in zip(ids, chains, strict=True):
+        seen = set()
+        # syms are leaf first: walk from the root so an entry's callees come after it
+        for pos in range(len(cl) - 1, -1, -1):
+            c = cl[pos]
+            if not want_ids[c] or c in seen:
+                continue
+            seen.add(c)
+            node = trees.setdefault(c, {})
+            for q in range(pos - 1, -1, -1):
+                name = syms[q].name
+                child = node.get(name)
+                if child is None:
+                    child = node[name] = [0, {}]
+                child[0] += period
+                node = child[1]
+    out = {}
+    for c, tree in trees.items():
+        lines_: list[str] = []
+        _render_tree(tree, total, "            ", lines_)
+        out[cells[c]] = lines_
+    return out
+
+
+def _render_tree(node: dict, total: int, indent: str, out: list[str]) -> None:
+    items = sorted(node.items(), key=lambda x: (-x[1][0], x[0]))
+    items = [x for x in items if 100.0 * x[1][0] / total >= GRAPH_MIN_PERCENT]
+    for i, (name, (period, children)) in enumerate(items):
+        last = i == len(items) - 1
+        out.append(f"{indent}{'`' if last else '|'}--{100.0 * period / total:.2f}%-- {name}")
+        _render_tree(children, total, indent + ("    " if last else "|   "), out)
+
+
+def render_json(an: Analysis, side: str | None) -> str:
+    h = an.header
+    doc: dict[str, Any] = {
+        "input": an.path,
+        "pipe": an.pipe,
+        "side_file": side,
+        "hostname": h.hostname,
+        "osrelease": h.osrelease,
+        "notes": an.notes,
+        "sort": an.keys,
+        "lost": an.lost,
+        "named_by": an.origins,
+        "unresolved": an.unresolved,
+        "warnings": h.warnings,
+        "events": [],
+    }
+    if an.stats_every is not None:
+        doc["stats_every_s"] = an.stats_every
+        doc["runtime"] = {
+            name: {"runs": r.runs, "run_time_ns": r.run_time_ns, "cpu_percent": r.cpu_percent}
+            for name, r in sorted(an.runtime.items())
+        }
+    for st in an.events.values():
+        total = st.period or 1
+        ev: dict[str, Any] = {
+            "name": st.attr.name,
+            "samples": st.samples,
+            "period": st.period,
+            "rows": [],
+        }
+        children = _children(an, st) if an.callchains and st.stacks else None
+        for cells, period, n in table(an, st):
+            row: dict[str, Any] = dict(zip(an.keys, cells, strict=False))
+            if "srcline" in row:
+                c = row["srcline"]
+                if isinstance(c, SourceLine):  # BPF: file:line and the text from BTF apart
+                    row["srcline"], row["source"] = c.location, c.source
+                else:
+                    row["source"] = ""
+            row.update(overhead=round(100.0 * period / total, 4), period=period, samples=n)
+            if children is not None:
+                row["children"] = round(100.0 * children.get(cells, period) / total, 4)
+            r = an.runtime.get(row["prog"]) if "prog" in row else None
+            if r is not None:
+                row.update(
+                    runs=r.runs,
+                    ns_per_run=round(r.ns_per_run, 1),
+                    cpu_percent=round(r.cpu_percent, 4),
+                )
+            ev["rows"].append(row)
+        doc["events"].append(ev)
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def render_folded(an: Analysis) -> str:
+    """One line per distinct stack: comm;root;...;leaf count (flamegraph.pl input)."""
+    agg: dict[str, int] = {}
+    for st in an.events.values():
+        if st.stacks:
+            for (head, syms), (_p, n) in st.stacks.items():
+                comm = _unpack_key((*head, syms[0] if syms else None, 0), an.keys)[0]
+                names = [s.name for s in reversed(syms)]
+                line = ";".join([comm or st.attr.name, *names])
+                agg[line] = agg.get(line, 0) + n
+        else:
+            for key, (_p, n) in st.rows.items():
+                comm, _tid, _cpu, s, _ip = _unpack_key(key, an.keys)
+                line = ";".join([comm or st.attr.name, s.name])
+                agg[line] = agg.get(line, 0) + n
+    return "".join(f"{k} {v}\n" for k, v in sorted(agg.items()))

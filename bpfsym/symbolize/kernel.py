@@ -1,0 +1,121 @@
+"""Which kernel symbols name kernel samples, and why there are none: --kallsyms, the side
+file's snapshot, or the host's /proc/kallsyms when it provably belongs to the recording."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bpfsym.errors import FormatError
+from bpfsym.formats import perfdata as F
+from bpfsym.live.host import HostKallsyms, host_boot_id, kernel_build_id, read_host_kallsyms
+from bpfsym.read.kallsyms import (
+    KernelSymbols,
+    SortedKallsyms,
+    bad_kallsyms,
+    parse_kallsyms,
+    relocate_kallsyms,
+    symbol_address,
+)
+from bpfsym.read.perfdata import PerfData
+from bpfsym.symbolize.symbols import FROM_KALLSYMS_HOST, FROM_KALLSYMS_SIDE
+
+
+def kernel_symbols(
+    pd: PerfData,
+    cap: Any,
+    kallsyms: str | None,
+    np: Any = None,
+    host: HostKallsyms | None = None,
+    reloc: tuple[str, int] | None = None,
+) -> tuple[KernelSymbols | None, str]:
+    """Pick the kernel symbol source; the second item says why (for the header or misses)."""
+    if kallsyms:
+        try:
+            text = read_host_kallsyms(kallsyms)
+            return KernelSymbols.from_text(text, f"kallsyms file {kallsyms}", np=np), ""
+        except OSError as e:
+            raise FormatError(kallsyms, 0, f"cannot read: {e.strerror}") from None
+    if cap is not None and cap.kallsyms:
+        return KernelSymbols(cap.kallsyms, FROM_KALLSYMS_SIDE), ""
+    if cap is not None and cap.kallsyms_texts:
+        # the kernel part as /proc/kallsyms gave it (its [bpf] lines are not kernel symbols)
+        kept = [i for i, t in enumerate(cap.kallsyms_texts) if "\t[bpf]" not in t]
+        text = "".join(cap.kallsyms_texts[i] for i in kept)
+        first = kept[0] if kept else 0
+        return _kallsyms_text(
+            text, FROM_KALLSYMS_SIDE, "", np, lambda e: bad_kallsyms(cap, first, e)
+        ), ""
+    if cap is not None:
+        if cap.header.boot_id and cap.header.boot_id == host_boot_id():
+            return _host("boot id matches the side file", np, host)
+        return None, "no kallsyms: the side file has none and was recorded in another boot"
+    return _host_for_perf_data(pd, np, host, reloc)
+
+
+KERNEL_DSO = "[kernel.kallsyms]"
+
+
+def _host_for_perf_data(
+    pd: PerfData, np: Any, host: HostKallsyms | None, reloc: tuple[str, int] | None
+) -> tuple[KernelSymbols | None, str]:
+    """The host's kallsyms for a perf.data alone, as perf takes them: only when the running
+    kernel is the recorded one (same build id; an equal osrelease proves nothing), moved by
+    the difference of the recorded ref-reloc symbol's address (KASLR)."""
+    recorded = next((b.build_id for b in pd.header.build_ids if b.filename == KERNEL_DSO), "")
+    if not recorded:
+        why = "perf.data records no kernel build id"
+        if pd.pipe:
+            why += " (pipe mode: perf record writes none)"
+        elif pd.compressed_records or F.HEADER_COMPRESSED in pd.header.features:
+            why += " (perf record -z writes none)"
+        return None, f"no kallsyms: {why}; name a kallsyms file with --kallsyms"
+    running = (host.build_id() if host is not None else None) or kernel_build_id()
+    if running != recorded:
+        return None, (
+            f"no kallsyms: recorded on kernel build id {recorded[:16]}, this host runs "
+            f"{running[:16] or 'an unknown one'}; name a kallsyms file with --kallsyms"
+        )
+    note = f"build id {recorded[:16]} matches"
+    return _host(note, np, host, reloc)
+
+
+def _host(
+    note: str,
+    np: Any = None,
+    host: HostKallsyms | None = None,
+    reloc: tuple[str, int] | None = None,
+) -> tuple[KernelSymbols | None, str]:
+    try:
+        text = host.text() if host is not None else read_host_kallsyms()
+    except OSError as e:
+        return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
+    if reloc is not None:
+        here = symbol_address(text, reloc[0])
+        if here is not None and here != reloc[1]:
+            delta = here - reloc[1]
+            text = relocate_kallsyms(text, delta)
+            note += f", relocated by {delta:+#x} ({reloc[0]})"
+    ks = _kallsyms_text(text, FROM_KALLSYMS_HOST, f"{FROM_KALLSYMS_HOST} ({note})", np)
+    if not len(ks):
+        return None, "no kallsyms: /proc/kallsyms addresses are hidden (kernel.kptr_restrict)"
+    return ks, ""
+
+
+def _kallsyms_text(
+    text: str, origin: str, note: str, np: Any, bad: Callable[[Exception], Exception] | None = None
+) -> KernelSymbols:
+    """Kernel symbols of a kallsyms text as /proc/kallsyms gives it: read in full with
+    numpy, else looked up where it lies (the kernel's own lines are sorted). A line
+    that does not parse raises bad(error) (default: a FormatError naming origin)."""
+    if np is None:
+        return SortedKallsyms(text, origin, note, bad)
+    ks = KernelSymbols.from_text(text, origin, note, np)
+    if ks._line is None:  # not plain kallsyms: the line reader skipped what did not parse
+        try:
+            parse_kallsyms(text)
+        except ValueError as e:
+            raise (
+                bad(e) if bad else FormatError(origin, 0, f"not a kallsyms line ({e})")
+            ) from None
+    return ks

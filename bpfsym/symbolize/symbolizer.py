@@ -1,0 +1,410 @@
+"""Turn (cpumode, pid, address, time) into names: BPF, kernel and user-space symbols.
+
+BPF functions come with lifetimes (JIT addresses are recycled), so they are
+looked up by address *and* time: from the side file's timeline, or, without
+one, from perf.data's own KSYMBOL/BPF_EVENT records and HEADER_BPF_PROG_INFO.
+Kernel symbols come from a kallsyms snapshot; user-space ones from MMAP/MMAP2
+records and ELF symbol tables. Lookups are cached by address.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Any
+
+from bpfsym.formats import perf as K
+from bpfsym.formats import perfdata as F
+from bpfsym.model import Capture
+from bpfsym.read.arrays import unique
+from bpfsym.read.kallsyms import KernelSymbols
+from bpfsym.symbolize.symbols import (
+    CONTEXT_MODES,
+    FROM_ELF,
+    FROM_PERF,
+    FROM_SIDE,
+    UNRESOLVED,
+    Sym,
+)
+from bpfsym.symbolize.timeline import BpfFunc, BpfProg, BpfTimeline, _perf_lines, _retag
+from bpfsym.symbolize.user import ElfCache, MapEntry, demangle
+
+
+class Symbolizer:
+    """Resolves sample addresses; fed the perf.data side-band records in file order."""
+
+    def __init__(
+        self,
+        kernel: KernelSymbols | None,
+        kernel_note: str,
+        capture: Capture | None = None,
+        elf_root: str = "",
+    ) -> None:
+        self.kernel = kernel
+        self.kernel_note = kernel_note
+        self.bpf_side = BpfTimeline()
+        self.bpf_perf = BpfTimeline()
+        self.capture = capture
+        self.kcache: dict[int, Any] = {}
+        self.kgen = 0  # bumped whenever kcache is dropped
+        self.ucache: dict[int, dict[int, Sym]] = {}
+        self.ugen: dict[int, int] = {}  # per pid, bumped whenever its maps change
+        self.maps: dict[int, list[MapEntry]] = {}
+        self.map_starts: dict[int, list[int]] = {}
+        self.comms: dict[int, str] = {0: "swapper"}
+        self.progs_perf: dict[int, BpfProg] = {}
+        self.prog_infos: dict[int, Any] = {}
+        self.btfs: dict[int, bytes] = {}
+        self.build_ids: dict[str, str] = {}
+        self.elf = ElfCache(elf_root)
+        self.ool: dict[int, tuple[int, str]] = {}
+        self._ksyms: dict[int, Sym] = {}  # kallsyms index -> its Sym
+        self._unres: dict[Any, Sym] = {}
+        self._by_file: dict[tuple[str, str, int], Sym] = {}
+        self.pending_ksyms: list[BpfFunc] = []
+        self.side_used = False
+        if capture is not None:
+            self._load_capture(capture)
+
+    # ---- sources -------------------------------------------------------
+
+    def _load_capture(self, cap: Capture) -> None:
+        for p in cap.programs:
+            prog = BpfProg(p.id, p.tag, origin=FROM_SIDE)
+            prog.set_lines(p.lines)
+            for i, fn in enumerate(p.functions):
+                bf = BpfFunc(fn.name, fn.addr, fn.size, p.load_time, p.unload_time, FROM_SIDE, prog)
+                if i == 0:
+                    prog.main_name = fn.name
+                self.bpf_side.add(bf)
+
+    def set_header(self, progs: dict[int, Any], btfs: dict[int, bytes], build_ids: list) -> None:
+        self.prog_infos = progs
+        self.btfs = btfs
+        for b in build_ids:
+            self.build_ids[b.filename] = b.build_id
+
+    def ksymbol(
+        self, addr: int, length: int, ksym_type: int, flags: int, name: str, t: int | None
+    ) -> None:
+        if ksym_type == K.KSYMBOL_TYPE_BPF:
+            if flags & K.KSYMBOL_FLAGS_UNREGISTER:
+                self.bpf_perf.unregister(addr, t)
+            else:
+                fn = BpfFunc(name, addr, length, t or None, None, FROM_PERF)
+                self.bpf_perf.add(fn)
+                self.pending_ksyms.append(fn)
+            self._drop_kcache()
+        else:
+            # out-of-line code (trampolines, dispatchers, ...): named by the kernel
+            if flags & K.KSYMBOL_FLAGS_UNREGISTER:
+                self.ool.pop(addr, None)
+            else:
+                self.ool[addr] = (length, name)
+            self._drop_kcache()
+
+    def bpf_event(self, etype: int, prog_id: int, tag: bytes, t: int | None) -> None:
+        if etype != K.BPF_EVENT_PROG_LOAD:
+            return
+        info = self.prog_infos.get(prog_id)
+        prog = BpfProg(prog_id, tag.hex())
+        self.progs_perf[prog_id] = prog
+        if info is not None and info.jited_ksyms:
+            addrs = info.jited_ksyms
+            mine = [f for f in self.pending_ksyms if f.addr in addrs]
+            for fn in mine:
+                fn.prog = prog
+                if fn.addr == addrs[0] and len(addrs) > 1:
+                    # perf names a synthesized main function after prog_tags[0]; kallsyms
+                    # uses the program's tag (kernel bpf_prog_ksym_set_name)
+                    self.bpf_perf.rename(fn, _retag(fn.name, prog.tag))
+                if fn.addr == addrs[0]:
+                    prog.main_name = fn.name
+            self.pending_ksyms = [f for f in self.pending_ksyms if f not in mine]
+            prog.set_lines(_perf_lines(info, self.btfs.get(int(info.info["btf_id"]))))
+        else:
+            # no prog info (pipe mode): the functions registered just before are this
+            # program's; perf synthesizes them main function first, named after prog_tags[0]
+            pend = self.pending_ksyms
+            mine_tag = f"bpf_prog_{prog.tag}"
+            if (
+                len(pend) > 1
+                and all(f.load is None for f in pend)
+                and not any(f.name.startswith(mine_tag) for f in pend)
+            ):
+                self.bpf_perf.rename(pend[0], _retag(pend[0].name, prog.tag))
+            for fn in self.pending_ksyms:
+                if fn.name.startswith(f"bpf_prog_{prog.tag}"):
+                    fn.prog = prog
+                    prog.main_name = fn.name
+            for fn in self.pending_ksyms:
+                if fn.prog is None:
+                    fn.prog = prog
+            self.pending_ksyms = []
+
+    def comm(self, pid: int, tid: int, name: str, exec_: bool) -> None:
+        self.comms[tid] = name
+        if exec_ and pid == tid:
+            self.maps.pop(pid, None)
+            self.map_starts.pop(pid, None)
+            self._drop_ucache(pid)
+
+    def fork(self, pid: int, ppid: int, tid: int, ptid: int) -> None:
+        parent = self.comms.get(ptid)
+        if parent is not None:
+            self.comms[tid] = parent
+        if pid != ppid and ppid in self.maps and pid not in self.maps:
+            self.maps[pid] = list(self.maps[ppid])
+            self.map_starts[pid] = list(self.map_starts[ppid])
+
+    def mmap(self, pid: int, start: int, length: int, pgoff: int, filename: str, bid: str) -> None:
+        if pid == 0xFFFFFFFF or pid == -1:
+            return  # kernel maps: kallsyms covers them
+        lst = self.maps.setdefault(pid, [])
+        starts = self.map_starts.setdefault(pid, [])
+        end = start + length
+        # drop what the new map overlaps (maps__fixup_overlappings, simplified)
+        keep = [m for m in lst if m.end <= start or m.start >= end]
+        keep.append(MapEntry(start, end, pgoff, filename, bid or self.build_ids.get(filename, "")))
+        keep.sort(key=lambda m: m.start)
+        lst[:] = keep
+        starts[:] = [m.start for m in keep]
+        self._drop_ucache(pid)
+
+    def _drop_kcache(self) -> None:
+        self.kcache.clear()
+        self.kgen += 1
+
+    def _drop_ucache(self, pid: int) -> None:
+        self.ucache.pop(pid, None)
+        self.ugen[pid] = self.ugen.get(pid, 0) + 1
+
+    # ---- lookups -------------------------------------------------------
+
+    def resolve_chain(
+        self, cpumode: int, pid: int, ip: int, chain: tuple[int, ...], t: int | None
+    ) -> tuple[tuple[Sym, ...], bool]:
+        """Symbols of a callchain, leaf first; the flag says the result holds at any time."""
+        out: list[Sym] = []
+        add = out.append
+        mode = cpumode
+        timeless = True
+        first = True
+        kcache = self.kcache
+        ucache = self.ucache.get(pid)
+        for e in chain:
+            if e >= F.CONTEXT_MAX:
+                mode = CONTEXT_MODES.get(e, 0)
+                continue
+            if first:
+                first = False
+                if e != ip:
+                    add(self.resolve(cpumode, pid, ip, t))
+            # resolve() with its caches looked at here first (the common case)
+            if mode == F.MISC_KERNEL:
+                c = kcache.get(e)
+                if type(c) is Sym:
+                    add(c)
+                    continue
+                add(self.resolve_kernel(e, t))
+                if type(kcache.get(e)) is tuple:
+                    timeless = False
+            elif mode == F.MISC_USER:
+                s = ucache.get(e) if ucache is not None else None
+                if s is None:
+                    s = self.resolve_user(pid, e)
+                    ucache = self.ucache.get(pid)
+                add(s)
+            else:
+                add(self.resolve(mode, pid, e, t))
+        if first:
+            out.append(self.resolve(cpumode, pid, ip, t))
+        if cpumode == F.MISC_KERNEL and type(self.kcache.get(ip)) is tuple:
+            timeless = False
+        return tuple(out), timeless
+
+    def thread_comm(self, tid: int) -> str:
+        c = self.comms.get(tid)
+        return c if c is not None else f":{tid}"
+
+    def demangle(self) -> None:
+        """Name C++ user-space symbols as perf does (demangled, without parameters)."""
+        mangled = [s for s in self._unres.values() if s.kind == "." and s.name.startswith("_Z")]
+        # perf demangles a PLT symbol's name before it adds "@plt"
+        bare = {s.name: s.name[:-4] if s.name.endswith("@plt") else s.name for s in mangled}
+        table = demangle(set(bare.values()))
+        for s in mangled:
+            b = bare[s.name]
+            s.name = table.get(b, b) + s.name[len(b) :]
+
+    def adopt(self, s: Sym) -> None:
+        """A symbol resolved by another reading process: demangled with these."""
+        self._unres[("adopted", id(s))] = s
+
+    def unresolved(self, dso: str, kind: str, ip: int, reason: str) -> Sym:
+        key = (dso, kind, ip, reason)
+        s = self._unres.get(key)
+        if s is None:
+            s = Sym(f"0x{ip:016x}", dso, kind, UNRESOLVED, reason=reason, start=ip)
+            self._unres[key] = s
+        return s
+
+    def resolve(self, cpumode: int, pid: int, ip: int, t: int | None) -> Sym:
+        if cpumode == F.MISC_KERNEL:
+            return self.resolve_kernel(ip, t)
+        if cpumode == F.MISC_USER:
+            return self.resolve_user(pid, ip)
+        if cpumode == F.MISC_HYPERVISOR:
+            return self.unresolved("[hypervisor]", "H", ip, "hypervisor")
+        return self.unresolved("[guest]", "g", ip, "guest")
+
+    def resolve_kernel(self, ip: int, t: int | None) -> Sym:
+        c = self.kcache.get(ip)
+        if c is None:
+            c = self._kernel_entry(ip)
+            self.kcache[ip] = c
+        if type(c) is Sym:
+            return c
+        # (side candidates, perf candidates, fallback)
+        side, perfc, fallback = c
+        if side:
+            fn = BpfTimeline.pick(side, t)
+            if fn is not None and fn.sym is not None:
+                self.side_used = True
+                return fn.sym
+        if perfc:
+            fn = BpfTimeline.pick(perfc, t)
+            if fn is not None and fn.sym is not None:
+                return fn.sym
+        return fallback
+
+    def _kernel_entry(self, ip: int) -> Any:
+        side = self.bpf_side.candidates(ip)
+        perfc = self.bpf_perf.candidates(ip)
+        if side or perfc:
+            fallback = self.unresolved(
+                "[bpf]", "k", ip, "BPF address with no program alive at the sample's time"
+            )
+            return (side, perfc, fallback)
+        for addr, (length, name) in self.ool.items():
+            if addr <= ip < addr + max(length, 1):
+                return Sym(name, name, "k", FROM_PERF, start=addr)  # its own DSO, as perf
+        if self.kernel is None:
+            return self.unresolved("[kernel.kallsyms]", "k", ip, self.kernel_note)
+        i = self.kernel.index(ip)
+        if i < 0:
+            return self.unresolved("[kernel.kallsyms]", "k", ip, "below the first kernel symbol")
+        return self.kernel_sym(i)
+
+    def kernel_sym(self, i: int) -> Sym:
+        """The Sym of kallsyms symbol i: one per symbol, however many addresses land in it."""
+        s = self._ksyms.get(i)
+        if s is None:
+            assert self.kernel is not None
+            ks = self.kernel.at(i)
+            dso = f"[{ks.module}]" if ks.module else "[kernel.kallsyms]"
+            s = self._ksyms[i] = Sym(ks.name, dso, "k", self.kernel.origin, start=ks.addr)
+        return s
+
+    def bpf_envelope(self) -> tuple[int, int]:
+        """[lo, hi) around every BPF function ever known (lo >= hi: none)."""
+        a, b = self.bpf_side, self.bpf_perf
+        return min(a.lo, b.lo), max(a.hi, b.hi)
+
+    def resolve_user(self, pid: int, ip: int) -> Sym:
+        cache = self.ucache.get(pid)
+        if cache is None:
+            cache = self.ucache[pid] = {}
+        s = cache.get(ip)
+        if s is None:
+            s = cache[ip] = self._user(pid, ip)
+        return s
+
+    def _user(self, pid: int, ip: int) -> Sym:
+        starts = self.map_starts.get(pid)
+        if not starts:
+            return self.unresolved("[unknown]", ".", ip, "no memory map for the process")
+        i = bisect.bisect_right(starts, ip) - 1
+        m = self.maps[pid][i] if i >= 0 else None
+        if m is None or ip >= m.end:
+            return self.unresolved("[unknown]", ".", ip, "address outside every memory map")
+        rel = ip - m.start + m.pgoff
+        key = (m.filename, m.build_id, rel)
+        s = self._by_file.get(key)
+        if s is None:
+            s = self._by_file[key] = self._user_in(m, rel)
+        return s
+
+    def _user_in(self, m: MapEntry, rel: int) -> Sym:
+        dso = os.path.basename(m.filename) or m.filename
+        if m.filename.startswith("[") and not m.build_id:
+            return self.unresolved(m.filename, ".", rel, f"no symbols for {m.filename}")
+        elf = self.elf.get(m.filename, m.build_id)
+        if isinstance(elf, str):
+            return self.unresolved(dso, ".", rel, elf)
+        hit = elf.lookup(rel)
+        if hit is None:
+            return self.unresolved(dso, ".", rel, elf.why_missing or "no symbol covers the address")
+        return self._elf_sym(m.filename, dso, hit[1], hit[0])
+
+    def _elf_sym(self, filename: str, dso: str, start: int, name: str) -> Sym:
+        """The Sym of the function (or PLT stub) at start in filename: one per symbol."""
+        key = (filename, start)
+        s = self._unres.get(key)
+        if s is None:
+            s = self._unres[key] = Sym(name, dso, ".", FROM_ELF, start=start)
+        return s
+
+    def user_file_syms(self, np: Any, m: MapEntry, rels: Any) -> tuple[Any, list[Sym]]:
+        """What _user_in(m, rel) gives for each of many addresses rels (numpy uint64) of
+        one mapped file: an index into the returned list of symbols per address."""
+        dso = os.path.basename(m.filename) or m.filename
+        if m.filename.startswith("[") and not m.build_id:
+            return self._each_unresolved(np, rels, m.filename, f"no symbols for {m.filename}")
+        elf = self.elf.get(m.filename, m.build_id)
+        if isinstance(elf, str):
+            return self._each_unresolved(np, rels, dso, elf)
+        n = len(rels)
+        vaddr = np.zeros(n, dtype=np.uint64)
+        mapped = np.zeros(n, dtype=bool)
+        for off, size, va in elf.segs:
+            sel = (rels >= np.uint64(off)) & (rels < np.uint64(off + size)) & ~mapped
+            vaddr[sel] = rels[sel] - np.uint64(off) + np.uint64(va)
+            mapped |= sel
+        starts = elf.starts_array(np)
+        i = np.searchsorted(starts, vaddr, side="right").astype(np.int64) - 1
+        plt = elf.plt
+        stub = None
+        if plt is not None:
+            stub = mapped & (vaddr >= np.uint64(plt.lo)) & (vaddr < np.uint64(plt.hi))
+            if not bool(stub.any()):
+                stub = None
+            else:
+                mapped = mapped & ~stub  # named below, as their PLT entries
+        ok = mapped & (i >= 0)
+        hit = unique(np, i[ok])[0]
+        hit_l = hit.tolist()
+        ends = np.array([elf._hit(k)[0] for k in hit_l], dtype=np.uint64)
+        at = np.searchsorted(hit, np.where(ok, i, 0))
+        ok &= vaddr < ends[np.minimum(at, max(len(hit) - 1, 0))] if len(hit) else False
+        syms = [self._elf_sym(m.filename, dso, elf.starts[k], elf._hit(k)[1]) for k in hit_l]
+        codes = np.where(ok, at, 0).astype(np.int64)
+        if stub is not None and plt is not None:
+            sel = np.flatnonzero(stub)
+            entry, inv = unique(np, (vaddr[sel] - np.uint64(plt.lo)) // np.uint64(plt.entry))
+            for k in entry.tolist():
+                syms.append(self._elf_sym(m.filename, dso, plt.lo + k * plt.entry, plt.name(k)))
+            codes[sel] = inv + (len(syms) - len(entry))
+            ok |= stub
+        miss = np.flatnonzero(~ok)
+        if len(miss):
+            why = elf.why_missing or "no symbol covers the address"
+            mc, ms = self._each_unresolved(np, rels[miss], dso, why)
+            codes[miss] = mc + len(syms)
+            syms.extend(ms)
+        return codes, syms
+
+    def _each_unresolved(self, np: Any, rels: Any, dso: str, why: str) -> tuple[Any, list[Sym]]:
+        u, inv = unique(np, rels)
+        syms = [self.unresolved(dso, ".", r, why) for r in u.tolist()]
+        return inv, syms
