@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 ORIGIN_SNAPSHOT = "snapshot"  # existed when capture started
 ORIGIN_SIDEBAND = "sideband"  # seen loading through PERF_RECORD_BPF_EVENT / KSYMBOL
 ORIGIN_RESCAN = "rescan"  # found by re-enumerating after lost side-band records
+ORIGIN_PERF = "perf.data"  # from a perf.data file's HEADER_BPF_PROG_INFO
 
 
 def ksym_name(tag: bytes | str, name: str) -> str:
@@ -76,6 +77,11 @@ class Program:
     origin: str = ORIGIN_SNAPSHOT
     missing: str = ""  # why info/image could not be fetched; "" when complete
     info: dict[str, object] = field(default_factory=dict)  # every other bpf_prog_info field
+
+    @property
+    def main_name(self) -> str:
+        """The program's kallsyms name: its main function's ("" while none is known)."""
+        return self.functions[0].name if self.functions else ""
 
     @property
     def has_image(self) -> bool:

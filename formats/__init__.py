@@ -7,33 +7,10 @@ layout is still written down once.
 
 from __future__ import annotations
 
-import importlib
+import functools
 import struct
-import sys
-import types
-from typing import Any
 
-
-class _LazyPdb(types.ModuleType):
-    """Stands in for pdb until something uses it: construct imports pdb for its Debugger,
-    which bpfsym never uses, and pdb costs 15 ms of every start-up."""
-
-    def __getattr__(self, name: str) -> Any:
-        if sys.modules.get("pdb") is self:
-            del sys.modules["pdb"]
-        return getattr(importlib.import_module("pdb"), name)
-
-
-def _lazy_pdb() -> None:
-    if "pdb" not in sys.modules:
-        stub = _LazyPdb("pdb")
-        stub.__spec__ = None  # so `import pdb` does not look inside
-        sys.modules["pdb"] = stub
-
-
-_lazy_pdb()
-
-from construct import (  # noqa: E402 - after _lazy_pdb
+from construct import (
     Adapter,
     Aligned,
     Bytes,
@@ -45,9 +22,9 @@ from construct import (  # noqa: E402 - after _lazy_pdb
     Struct,
 )
 
-from .errors import FormatError  # noqa: E402
+from .errors import FormatError
 
-__all__ = ["FormatError", "fixed_head", "struct_of"]
+__all__ = ["FormatError", "Integers", "fixed_head", "integers", "struct_of"]
 
 
 def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
@@ -68,7 +45,8 @@ def struct_of(decl: Struct | Aligned) -> tuple[struct.Struct, tuple[str, ...]]:
         if isinstance(inner, Adapter) and isinstance(inner.subcon, FormatField):
             inner = inner.subcon  # Enum, FlagsEnum: the integer underneath
         if isinstance(inner, FormatField):
-            order = order or inner.fmtstr[0]
+            if struct.calcsize(inner.fmtstr) > 1:  # a byte's own order says nothing
+                order = order or inner.fmtstr[0]
             fmt.append(inner.fmtstr[1:])
         elif isinstance(inner, Bytes) and isinstance(inner.length, int):
             fmt.append(f"{inner.length}s")
@@ -91,3 +69,28 @@ def fixed_head(decl: Struct, upto: str) -> tuple[struct.Struct, tuple[str, ...]]
     (a record's variable tail, read by the caller)."""
     names = [sc.name for sc in decl.subcons]
     return struct_of(Struct(*decl.subcons[: names.index(upto)]))
+
+
+class Integers:
+    """struct views of plain integers and integer arrays in one byte order: the words and
+    arrays of the ABIs (u64 ids, counts, addresses), where no record layout applies."""
+
+    def __init__(self, little: bool) -> None:
+        self.order = "<" if little else ">"
+        self.u16 = struct.Struct(self.order + "H")
+        self.u32 = struct.Struct(self.order + "I")
+        self.u64 = struct.Struct(self.order + "Q")
+
+    def array(self, code: str, n: int) -> struct.Struct:
+        """n integers of struct code `code` ("Q", "I", ...)."""
+        return _array(self.order, code, n)
+
+
+@functools.cache
+def integers(little: bool) -> Integers:
+    return Integers(little)
+
+
+@functools.lru_cache(maxsize=256)
+def _array(order: str, code: str, n: int) -> struct.Struct:
+    return struct.Struct(f"{order}{n}{code}")

@@ -9,10 +9,20 @@ the high nibble on big-endian ones (a C bitfield `dst_reg:4, src_reg:4`).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from construct import BitsInteger, BitStruct, Int8ul, Int16sb, Int16sl, Int32sb, Int32sl, Struct
 
 INSN_SIZE = 8
+
+
+def _insn(little: bool, regs: Any) -> Struct:
+    return Struct(
+        "code" / Int8ul,
+        "regs" / regs,
+        "off" / (Int16sl if little else Int16sb),
+        "imm" / (Int32sl if little else Int32sb),
+    )
 
 
 @functools.cache
@@ -23,12 +33,14 @@ def bpf_insn(little: bool = True) -> Struct:
         if little
         else BitStruct("dst_reg" / BitsInteger(4), "src_reg" / BitsInteger(4))
     )
-    return Struct(
-        "code" / Int8ul,
-        "regs" / regs,
-        "off" / (Int16sl if little else Int16sb),
-        "imm" / (Int32sl if little else Int32sb),
-    )
+    return _insn(little, regs)
+
+
+@functools.cache
+def bpf_insn_packed(little: bool = True) -> Struct:
+    """bpf_insn with its register byte whole (for struct_of): dst_reg is its low nibble in
+    little-endian order, its high nibble in big-endian (the bitfields' allocation order)."""
+    return _insn(little, Int8ul)
 
 
 # instruction classes: BPF_CLASS(code) = code & 0x07

@@ -232,21 +232,35 @@ class PerfLayouts:
 
     def sample_id(self, sample_type: int) -> Struct:
         """The sample_id trailer (sample_id_all) for a sample_type, fields in ABI order."""
+        return Struct(*self.flag_fields(sample_type, SAMPLE_ID_ORDER))
+
+    def flag_fields(self, sample_type: int, order: tuple[int, ...]) -> list:
+        """The fixed-size fields of the sample_type bits in order (one declaration each,
+        shared by the sample_id trailer and PERF_RECORD_SAMPLE's prefix)."""
         t = self.ints
-        fields = []
-        if sample_type & SAMPLE_TID:
-            fields += ["pid" / t.u32, "tid" / t.u32]
-        if sample_type & SAMPLE_TIME:
-            fields.append("time" / t.u64)
-        if sample_type & SAMPLE_ID:
-            fields.append("id" / t.u64)
-        if sample_type & SAMPLE_STREAM_ID:
-            fields.append("stream_id" / t.u64)
-        if sample_type & SAMPLE_CPU:
-            fields += ["cpu" / t.u32, Padding(4)]
-        if sample_type & SAMPLE_IDENTIFIER:
-            fields.append("identifier" / t.u64)
-        return Struct(*fields)
+        decl = {
+            SAMPLE_IDENTIFIER: ["identifier" / t.u64],
+            SAMPLE_IP: ["ip" / t.u64],
+            SAMPLE_TID: ["pid" / t.u32, "tid" / t.u32],
+            SAMPLE_TIME: ["time" / t.u64],
+            SAMPLE_ADDR: ["addr" / t.u64],
+            SAMPLE_ID: ["id" / t.u64],
+            SAMPLE_STREAM_ID: ["stream_id" / t.u64],
+            SAMPLE_CPU: ["cpu" / t.u32, Padding(4)],  # u32 cpu, res
+            SAMPLE_PERIOD: ["period" / t.u64],
+        }
+        return [f for bit in order if sample_type & bit for f in decl[bit]]
+
+
+# perf_event_open(2) / include/uapi/linux/perf_event.h: the order of the fixed-size fields
+# of the sample_id trailer (struct sample_id) and of PERF_RECORD_SAMPLE up to its period
+SAMPLE_ID_ORDER = (
+    SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_IDENTIFIER,
+)  # fmt: skip
+SAMPLE_PREFIX_ORDER = (
+    SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR, SAMPLE_ID,
+    SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_PERIOD,
+)  # fmt: skip
 
 
 class FastLayouts:

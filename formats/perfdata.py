@@ -25,7 +25,6 @@ from construct import (
 )
 
 from .perf import (
-    SAMPLE_ADDR,
     SAMPLE_AUX,
     SAMPLE_BRANCH_STACK,
     SAMPLE_CALLCHAIN,
@@ -36,9 +35,8 @@ from .perf import (
     SAMPLE_DATA_SRC,
     SAMPLE_ID,
     SAMPLE_IDENTIFIER,
-    SAMPLE_IP,
-    SAMPLE_PERIOD,
     SAMPLE_PHYS_ADDR,
+    SAMPLE_PREFIX_ORDER,
     SAMPLE_RAW,
     SAMPLE_READ,
     SAMPLE_REGS_INTR,
@@ -182,6 +180,8 @@ class PerfDataLayouts:
         self.u32 = t.u32
         self.header = k.header
         # struct perf_record_header_build_id (after perf_event_header)
+        # HEADER_BPF_BTF entry: u32 id, u32 size, then size bytes of BTF (header.c write_bpf_btf)
+        self.bpf_btf_entry = Struct("id" / t.u32, "size" / t.u32)
         self.build_id = Struct(
             "pid" / t.s32,
             "build_id" / Bytes(20),
@@ -297,25 +297,7 @@ class PerfDataLayouts:
         the event; the hot path reads it with a struct.Struct derived from it.
         """
         t = self.ints
-        fixed: list = []
-        if sample_type & SAMPLE_IDENTIFIER:
-            fixed.append("identifier" / t.u64)
-        if sample_type & SAMPLE_IP:
-            fixed.append("ip" / t.u64)
-        if sample_type & SAMPLE_TID:
-            fixed += ["pid" / t.u32, "tid" / t.u32]
-        if sample_type & SAMPLE_TIME:
-            fixed.append("time" / t.u64)
-        if sample_type & SAMPLE_ADDR:
-            fixed.append("addr" / t.u64)
-        if sample_type & SAMPLE_ID:
-            fixed.append("id" / t.u64)
-        if sample_type & SAMPLE_STREAM_ID:
-            fixed.append("stream_id" / t.u64)
-        if sample_type & SAMPLE_CPU:
-            fixed += ["cpu" / t.u32, Padding(4)]
-        if sample_type & SAMPLE_PERIOD:
-            fixed.append("period" / t.u64)
+        fixed = self.kernel.flag_fields(sample_type, SAMPLE_PREFIX_ORDER)
         rest: list = []
         if sample_type & SAMPLE_READ:
             rest.append("read" / self.read_value(read_format))

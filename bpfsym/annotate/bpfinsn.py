@@ -10,15 +10,15 @@ atomics beyond add, and prints its own syntax (tests/offline/test_bpfinsn.py doc
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bpfsym.errors import FormatError
 from bpfsym.formats import bpfinsn as f
+from bpfsym.formats import struct_of
 
-_INSN_LE = struct.Struct("<BBhi")
-_INSN_BE = struct.Struct(">BBhi")
+_INSN_LE = struct_of(f.bpf_insn_packed(True))[0]  # code, regs, off, imm
+_INSN_BE = struct_of(f.bpf_insn_packed(False))[0]
 _LD_IMM64 = f.BPF_LD | f.BPF_IMM | f.BPF_DW
 
 

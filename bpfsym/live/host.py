@@ -11,10 +11,11 @@ import errno
 import os
 import platform
 import socket
-import struct
 import subprocess
 import sys
 
+from bpfsym.formats import struct_of
+from bpfsym.formats.elf import elf_layouts
 from bpfsym.live import kernel_kallsyms as _reader
 from bpfsym.live.kernel_kallsyms import kernel_kallsyms
 
@@ -28,6 +29,9 @@ def host_boot_id() -> str:
         return ""
 
 
+_NHDR = struct_of(elf_layouts(True, sys.byteorder == "little").nhdr)[0]  # namesz, descsz, type
+
+
 def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
     """The running kernel's GNU build id (hex; "" where unknown), from its ELF notes: the
     one perf compares with a perf.data's [kernel.kallsyms] build id."""
@@ -38,7 +42,7 @@ def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
         return ""
     pos = 0
     while pos + 12 <= len(data):  # Elf_Nhdr: namesz, descsz, type; name and desc 4-aligned
-        namesz, descsz, ntype = struct.unpack_from("=III", data, pos)
+        namesz, descsz, ntype = _NHDR.unpack_from(data, pos)
         name_at = pos + 12
         desc_at = name_at + (-(-namesz // 4) * 4)
         end = desc_at + (-(-descsz // 4) * 4)

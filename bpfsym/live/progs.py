@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
+import sys
 from collections import namedtuple
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from bpfsym.formats import bpf as fb
-from bpfsym.formats import struct_of
+from bpfsym.formats import integers, struct_of
 from bpfsym.live.sys import Buffer, bpf
 
 _INFO = fb.prog_info().compile()  # compiled: ~4x faster parse, same layout
@@ -147,9 +147,12 @@ def fetch_btf(btf_id: int) -> bytes:
         os.close(fd)
 
 
+_NATIVE = integers(sys.byteorder == "little")
+
+
 def u64s(blob: bytes) -> list[int]:
-    return [v for (v,) in struct.iter_unpack("=Q", blob[: len(blob) // 8 * 8])]
+    return list(_NATIVE.array("Q", len(blob) // 8).unpack_from(blob))
 
 
 def u32s(blob: bytes) -> list[int]:
-    return [v for (v,) in struct.iter_unpack("=I", blob[: len(blob) // 4 * 4])]
+    return list(_NATIVE.array("I", len(blob) // 4).unpack_from(blob))

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
+import sys
 
+from bpfsym.formats import integers
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.live.sys import PERF_FLAG_FD_CLOEXEC, perf_event_open
 
 SAMPLE_TYPE = sf.SIDEBAND_SAMPLE_TYPE
 _FAST = fp.layouts().fast  # native byte order: the rings of this machine
-_U64 = struct.Struct("=Q")  # data_head / data_tail of the mmap page
+_U64 = integers(sys.byteorder == "little").u64  # data_head / data_tail of the mmap page
 _HEAD = _FAST.header  # type, misc, size
 _BPF_EVENT = _FAST.bpf_event  # type, flags, id, tag
 _LOST = _FAST.lost  # id, lost

@@ -6,15 +6,14 @@ Layouts from bpfsym.formats.perfdata (tools/perf/util/header.c writes them).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from construct import Construct, ConstructError
 
 from bpfsym.errors import FormatError
+from bpfsym.formats import integers, struct_of
 from bpfsym.formats import perfdata as F
-from bpfsym.formats import struct_of
 from bpfsym.formats.bpf import prog_info_values
 
 
@@ -34,19 +33,6 @@ class BuildId:
 
 
 @dataclass
-class BpfProgInfo:
-    """One HEADER_BPF_PROG_INFO entry (struct perf_bpil), arrays resolved."""
-
-    info: dict[str, Any]
-    jited_ksyms: list[int] = field(default_factory=list)
-    jited_func_lens: list[int] = field(default_factory=list)
-    prog_tags: list[bytes] = field(default_factory=list)
-    func_info: list[tuple[int, int]] = field(default_factory=list)  # (insn_off, type_id)
-    line_info: list[tuple[int, int, int, int]] = field(default_factory=list)
-    jited_line_info: list[int] = field(default_factory=list)
-
-
-@dataclass
 class Header:
     """What the feature sections (or pipe-mode HEADER_FEATURE records) say."""
 
@@ -59,7 +45,9 @@ class Header:
     clockid: int | None = None
     sample_time: tuple[int, int] | None = None
     build_ids: list[BuildId] = field(default_factory=list)
-    bpf_progs: dict[int, BpfProgInfo] = field(default_factory=dict)
+    # per program id, its bpf_prog_info and arrays as the blobs a side file stores them
+    # (read.proginfo.program_from_blobs makes the Program)
+    bpf_progs: dict[int, dict[str, bytes]] = field(default_factory=dict)
     btfs: dict[int, bytes] = field(default_factory=dict)
     event_names: dict[int, str] = field(default_factory=dict)  # attr id -> name
     features: set[int] = field(default_factory=set)
@@ -107,8 +95,8 @@ def parse_feature(
     elif bit == F.HEADER_BUILD_ID:
         h.build_ids.extend(parse_build_ids(L, data, path, offset))
     elif bit == F.HEADER_BPF_PROG_INFO:
-        for p in parse_bpf_prog_info(L, data, path, offset):
-            h.bpf_progs[int(p.info["id"])] = p
+        for blobs in parse_bpf_prog_info(L, data, path, offset):
+            h.bpf_progs[int(prog_info_values(blobs["info"], L.little)["id"])] = blobs
     elif bit == F.HEADER_BPF_BTF:
         h.btfs.update(parse_bpf_btf(L, data, path, offset))
 
@@ -126,7 +114,7 @@ def parse_build_ids(L: F.PerfDataLayouts, data: bytes, path: str, offset: int) -
     out = []
     pos = 0
     while pos + 8 <= len(data):
-        _, misc, size = struct.unpack_from("<IHH" if L.little else ">IHH", data, pos)
+        _, misc, size = L.kernel.fast.header.unpack_from(data, pos)
         if size < 8 + 28 or pos + size > len(data):
             raise FormatError(path, offset + pos, f"build id record of size {size}")
         b = parse_at(L.build_id, data[pos + 8 : pos + size], path, offset + pos, "build id")
@@ -141,15 +129,16 @@ def parse_build_ids(L: F.PerfDataLayouts, data: bytes, path: str, offset: int) -
 
 def parse_bpf_prog_info(
     L: F.PerfDataLayouts, data: bytes, path: str, offset: int
-) -> list[BpfProgInfo]:
-    """HEADER_BPF_PROG_INFO: u32 count, then struct perf_bpil entries.
+) -> list[dict[str, bytes]]:
+    """HEADER_BPF_PROG_INFO: u32 count, then struct perf_bpil entries, each as the blobs
+    of a side file's PROGRAM record ("info" and the arrays perf kept).
 
     Entries hold info_len bytes of bpf_prog_info as the writing perf knew it (older or
     newer than ours) and data_len bytes of arrays whose pointers were made relative.
     Some perf versions left the count out; a count that does not add up is retried as
     "entries until the end".
     """
-    n = struct.unpack_from("<I" if L.little else ">I", data, 0)[0] if len(data) >= 4 else 0
+    n = integers(L.little).u32.unpack_from(data, 0)[0] if len(data) >= 4 else 0
     try:
         return _bpil_entries(L, data, 4, n, path, offset)
     except FormatError as first:
@@ -161,9 +150,9 @@ def parse_bpf_prog_info(
 
 def _bpil_entries(
     L: F.PerfDataLayouts, data: bytes, pos: int, count: int | None, path: str, offset: int
-) -> list[BpfProgInfo]:
+) -> list[dict[str, bytes]]:
     bpil = struct_of(L.bpil)[0]  # info_len, data_len, arrays
-    out: list[BpfProgInfo] = []
+    out: list[dict[str, bytes]] = []
     while (count is None and pos < len(data)) or (count is not None and len(out) < count):
         if pos + bpil.size > len(data):
             raise FormatError(path, offset + pos, "truncated bpf_prog_info entry")
@@ -176,62 +165,57 @@ def _bpil_entries(
             raise FormatError(path, offset + pos, "bpf_prog_info arrays run past the section")
         info = prog_info_values(data[ipos:dpos], L.little)
         arrays = data[dpos : dpos + data_len]
-        out.append(_bpil_arrays(L, info, have, arrays))
+        out.append(_bpil_arrays(info, have, arrays, data[ipos:dpos]))
         pos = dpos + data_len
     if count is not None and pos != len(data):
         raise FormatError(path, offset + pos, "bpf_prog_info count does not match the section")
     return out
 
 
-def _bpil_arrays(
-    L: F.PerfDataLayouts, info: dict[str, Any], have: int, arrays: bytes
-) -> BpfProgInfo:
-    e = "<" if L.little else ">"
-    p = BpfProgInfo(info=info)
+# perf_bpil array bit -> (side-file blob name, bpf_prog_info pointer, count, least record size)
+BPIL_BLOBS = (
+    (F.BPIL_JITED_INSNS, "jited", "jited_prog_insns", "jited_prog_len", 1),
+    (F.BPIL_XLATED_INSNS, "xlated", "xlated_prog_insns", "xlated_prog_len", 1),
+    (F.BPIL_MAP_IDS, "map_ids", "map_ids", "nr_map_ids", 4),
+    (F.BPIL_JITED_KSYMS, "ksyms", "jited_ksyms", "nr_jited_ksyms", 8),
+    (F.BPIL_JITED_FUNC_LENS, "func_lens", "jited_func_lens", "nr_jited_func_lens", 4),
+    (F.BPIL_PROG_TAGS, "prog_tags", "prog_tags", "nr_prog_tags", 8),
+    (F.BPIL_FUNC_INFO, "func_info", "func_info", "nr_func_info", "func_info_rec_size"),
+    (F.BPIL_LINE_INFO, "line_info", "line_info", "nr_line_info", "line_info_rec_size"),
+    (F.BPIL_JITED_LINE_INFO, "jited_line_info", "jited_line_info", "nr_jited_line_info",
+     "jited_line_info_rec_size"),
+)  # fmt: skip
+LEAST_RECORD = {"func_info": 8, "line_info": 16, "jited_line_info": 8}  # bpf_func_info, ...
 
-    def take(bit: int, ptr: str, n: int, itemsize: int) -> bytes | None:
-        if not have >> bit & 1:
-            return None
-        start = int(info[ptr])
-        if n <= 0 or itemsize <= 0 or start + n * itemsize > len(arrays):
-            return None
-        return arrays[start : start + n * itemsize]
 
-    b = take(F.BPIL_JITED_KSYMS, "jited_ksyms", info["nr_jited_ksyms"], 8)
-    if b:
-        p.jited_ksyms = list(struct.unpack(f"{e}{len(b) // 8}Q", b))
-    b = take(F.BPIL_JITED_FUNC_LENS, "jited_func_lens", info["nr_jited_func_lens"], 4)
-    if b:
-        p.jited_func_lens = list(struct.unpack(f"{e}{len(b) // 4}I", b))
-    b = take(F.BPIL_PROG_TAGS, "prog_tags", info["nr_prog_tags"], 8)
-    if b:
-        p.prog_tags = [b[k : k + 8] for k in range(0, len(b), 8)]
-    rs = int(info["func_info_rec_size"])
-    b = take(F.BPIL_FUNC_INFO, "func_info", info["nr_func_info"], rs)
-    if b and rs >= 8:
-        p.func_info = [struct.unpack_from(f"{e}II", b, k) for k in range(0, len(b), rs)]
-    rs = int(info["line_info_rec_size"])
-    b = take(F.BPIL_LINE_INFO, "line_info", info["nr_line_info"], rs)
-    if b and rs >= 16:
-        p.line_info = [struct.unpack_from(f"{e}IIII", b, k) for k in range(0, len(b), rs)]
-    rs = int(info["jited_line_info_rec_size"])
-    b = take(F.BPIL_JITED_LINE_INFO, "jited_line_info", info["nr_jited_line_info"], rs)
-    if b and rs == 8:
-        p.jited_line_info = list(struct.unpack(f"{e}{len(b) // 8}Q", b))
-    return p
+def _bpil_arrays(info: dict[str, Any], have: int, arrays: bytes, raw: bytes) -> dict[str, bytes]:
+    """The blobs of one perf_bpil entry: perf made each array pointer of the info an offset
+    into the arrays that follow it (tools/perf/util/bpf-utils.c, get_bpf_prog_info_linear)."""
+    out = {"info": raw}
+    for bit, name, ptr, count, rec in BPIL_BLOBS:
+        size = int(info[rec]) if isinstance(rec, str) else rec
+        if not have >> bit & 1 or size < LEAST_RECORD.get(name, 1):
+            continue
+        if name == "jited_line_info" and size != 8:
+            continue  # u64 addresses
+        start, n = int(info[ptr]), int(info[count])
+        if n <= 0 or start + n * size > len(arrays):
+            continue
+        out[name] = arrays[start : start + n * size]
+    return out
 
 
 def parse_bpf_btf(L: F.PerfDataLayouts, data: bytes, path: str, offset: int) -> dict[int, bytes]:
     """HEADER_BPF_BTF: u32 count, then (u32 id, u32 size, size bytes of BTF) entries."""
     if len(data) < 4:
         raise FormatError(path, offset, "truncated BPF BTF section")
-    n = struct.unpack_from("<I" if L.little else ">I", data, 0)[0]
+    n = integers(L.little).u32.unpack_from(data, 0)[0]
     pos = 4
     out = {}
     for _ in range(n):
         if pos + 8 > len(data):
             raise FormatError(path, offset + pos, "truncated BTF entry")
-        bid, size = struct.unpack_from("<II" if L.little else ">II", data, pos)
+        bid, size = struct_of(L.bpf_btf_entry)[0].unpack_from(data, pos)
         if pos + 8 + size > len(data):
             raise FormatError(path, offset + pos, f"BTF {bid} of {size} bytes past the section")
         out[bid] = data[pos + 8 : pos + 8 + size]

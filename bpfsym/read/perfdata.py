@@ -18,9 +18,9 @@ from typing import IO, Any
 from construct import Struct
 
 from bpfsym.errors import FormatError
+from bpfsym.formats import integers, struct_of
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.formats import struct_of
 from bpfsym.read.bulk import BulkData
 from bpfsym.read.features import WANTED_FEATURES, Header, parse_at, parse_feature
 
@@ -65,6 +65,10 @@ class EventAttr:
     trailer: struct.Struct = field(default_factory=lambda: struct.Struct("<"))
     trailer_fields: tuple[str, ...] = ()
     read_size: int | None = 0  # bytes of SAMPLE_READ; None: group read, size varies
+
+    def field_index(self, name: str) -> int:
+        """Where a sample field sits among the values of prefix (-1: not sampled)."""
+        return self.fields.index(name) if name in self.fields else -1
 
     @property
     def type(self) -> int:
@@ -125,8 +129,10 @@ class PerfData:
         else:
             raise FormatError(self.path, 0, f"not a perf.data file (magic {magic!r})")
         self.L = F.perfdata_layouts(self.little)
-        self.u64 = struct.Struct("<Q" if self.little else ">Q")
-        self.hdr = struct.Struct("<IHH" if self.little else ">IHH")
+        self.section = struct_of(self.L.section)[0]  # perf_file_section: offset, size
+        self.ints = integers(self.little)
+        self.u64 = self.ints.u64
+        self.hdr = K.layouts(self.little).fast.header  # type, misc, size
         size = self.u64.unpack_from(head, 8)[0]
         if size == F.PIPE_HEADER_SIZE:
             self.pipe = True
@@ -163,14 +169,11 @@ class PerfData:
         for i in range(fh.attrs.size // entry):
             off = fh.attrs.offset + i * entry
             a = raw[i * entry : i * entry + attr_size]
-            ids_off, ids_size = struct.unpack_from(
-                "<QQ" if self.little else ">QQ", raw, i * entry + attr_size
-            )
+            ids_off, ids_size = self.section.unpack_from(raw, i * entry + attr_size)
             if ids_size % 8 or ids_off + ids_size > (self.file_size or 0):
                 raise FormatError(self.path, off + attr_size, "attr ids run past the file")
             self._f.seek(ids_off)
-            ids = list(struct.unpack(f"{'<' if self.little else '>'}{ids_size // 8}Q",
-                                     self._f.read(ids_size)))  # fmt: skip
+            ids = list(self.ints.array("Q", ids_size // 8).unpack(self._f.read(ids_size)))
             self._add_attr(a, ids, off)
 
     def _add_attr(self, raw: bytes, ids: list[int], offset: int) -> EventAttr:
@@ -229,9 +232,8 @@ class PerfData:
         table = self._f.read(16 * len(bits))
         if len(table) < 16 * len(bits):
             raise FormatError(self.path, table_off + len(table), "feature table truncated")
-        fmt = "<QQ" if self.little else ">QQ"
         for i, bit in enumerate(bits):
-            off, size = struct.unpack_from(fmt, table, 16 * i)
+            off, size = self.section.unpack_from(table, 16 * i)
             if off + size > (self.file_size or 0):
                 raise FormatError(
                     self.path, table_off + 16 * i, f"feature {bit} runs past the end of the file"
@@ -320,11 +322,11 @@ class PerfData:
         # struct attr_event { header; perf_event_attr attr (attr.size bytes); u64 id[]; }
         if size < 16:
             raise FormatError(self.path, off, "HEADER_ATTR too small")
-        asize = struct.unpack_from("<I" if self.little else ">I", buf, i + 12)[0]
+        asize = self.ints.u32.unpack_from(buf, i + 12)[0]  # attr.size
         if asize < 64 or 8 + asize > size:
             raise FormatError(self.path, off, f"HEADER_ATTR attr size {asize}")
         n = (size - 8 - asize) // 8
-        ids = list(struct.unpack_from(f"{'<' if self.little else '>'}{n}Q", buf, i + 8 + asize))
+        ids = list(self.ints.array("Q", n).unpack_from(buf, i + 8 + asize))
         self._add_attr(bytes(buf[i + 8 : i + 8 + asize]), ids, off)
 
     def _header_feature(self, buf: bytes, i: int, size: int, off: int) -> None:
@@ -423,7 +425,7 @@ class PerfData:
         nr = self.u64.unpack_from(buf, pos)[0]
         if pos + 8 + 8 * nr > end:
             raise FormatError(self.path, start, f"callchain of {nr} entries past the record")
-        return struct.unpack_from(f"{'<' if self.little else '>'}{nr}Q", buf, pos + 8)
+        return self.ints.array("Q", nr).unpack_from(buf, pos + 8)
 
     def _group_read_size(self, ev: EventAttr, buf: bytes, pos: int) -> int:
         nr = self.u64.unpack_from(buf, pos)[0]

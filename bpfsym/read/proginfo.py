@@ -9,16 +9,18 @@ bpf_prog_info.name, else nothing (`bpf_prog_<tag>`).
 
 from __future__ import annotations
 
-import struct
-
+from bpfsym.errors import FormatError
 from bpfsym.formats import bpf as fb
-from bpfsym.model import Function, Program, ksym_name
+from bpfsym.formats import integers
+from bpfsym.model import ORIGIN_PERF, Function, Program, ksym_name
 from bpfsym.read import btf as btfinfo
 
 
-def _ints(blob: bytes, fmt: str) -> list[int]:
-    size = struct.calcsize(fmt)
-    return [v for (v,) in struct.iter_unpack(fmt, blob[: len(blob) // size * size])]
+def _ints(blob: bytes, code: str, little: bool) -> list[int]:
+    """The integers of an array blob (u64 addresses "Q", u32 lengths and ids "I")."""
+    ints = integers(little)
+    size = ints.array(code, 1).size
+    return list(ints.array(code, len(blob) // size).unpack_from(blob))
 
 
 def program_from_blobs(
@@ -31,11 +33,10 @@ def program_from_blobs(
     little: bool = True,
 ) -> Program:
     """A Program from what live.progs.fetch_blobs returned (or a side file stored)."""
-    order = "<" if little else ">"
     info = fb.prog_info_values(blobs["info"], little)
     btf = blobs.get("btf")
     funcs = btfinfo.resolve_funcs(btf, blobs.get("func_info", b""), int(info["func_info_rec_size"]))
-    jited_lines = _ints(blobs.get("jited_line_info", b""), order + "Q")
+    jited_lines = _ints(blobs.get("jited_line_info", b""), "Q", little)
     lines = btfinfo.resolve_lines(
         btf, blobs.get("line_info", b""), int(info["line_info_rec_size"]), jited_lines
     )
@@ -43,8 +44,8 @@ def program_from_blobs(
         blobs.get("prog_tags", b"")[i : i + 8]
         for i in range(0, len(blobs.get("prog_tags", b"")), 8)
     ]
-    addrs = _ints(blobs.get("ksyms", b""), order + "Q")
-    lens = _ints(blobs.get("func_lens", b""), order + "I")
+    addrs = _ints(blobs.get("ksyms", b""), "Q", little)
+    lens = _ints(blobs.get("func_lens", b""), "I", little)
     image = blobs.get("jited", b"")
     prog = Program(
         id=prog_id,
@@ -57,7 +58,7 @@ def program_from_blobs(
         btf_id=int(info["btf_id"]),
         func_info=funcs,
         lines=lines,
-        map_ids=_ints(blobs.get("map_ids", b""), order + "I"),
+        map_ids=_ints(blobs.get("map_ids", b""), "I", little),
         prog_tags=[t.hex() for t in tags],
         run_time_ns=int(info["run_time_ns"]),
         run_cnt=int(info["run_cnt"]),
@@ -81,3 +82,28 @@ def program_from_blobs(
         prog.functions.append(Function(ksym_name(tag, fname), addr, size, code))
         offset += size
     return prog
+
+
+def program_from_perf(
+    prog_id: int,
+    blobs: dict[str, bytes],
+    btfs: dict[int, bytes],
+    *,
+    load_time: int | None,
+    little: bool = True,
+) -> Program:
+    """A Program from a perf.data HEADER_BPF_PROG_INFO entry (read.features gives its
+    blobs) and the HEADER_BPF_BTF blobs. A file perf wrote years ago, or a damaged one,
+    must still name its functions: BTF that does not decode is dropped (lines and names
+    without text), then func and line info."""
+    info = fb.prog_info_values(blobs["info"], little)
+    btf = btfs.get(int(info["btf_id"]))
+    for b in ([dict(blobs, btf=btf)] if btf else []) + [blobs]:
+        try:
+            return program_from_blobs(
+                prog_id, b, origin=ORIGIN_PERF, load_time=load_time, little=little
+            )
+        except FormatError:
+            continue  # without its BTF; func and line info alone cannot fail
+    bare = {k: v for k, v in blobs.items() if k not in ("func_info", "line_info")}
+    return program_from_blobs(prog_id, bare, origin=ORIGIN_PERF, load_time=load_time, little=little)

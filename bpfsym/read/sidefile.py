@@ -13,7 +13,6 @@ import struct
 import sys
 import threading
 import zlib
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from bpfsym.model import (
     Program,
     StatsSample,
 )
+from bpfsym.read.bpf_events import LoadPairing
 
 COMPRESS_MIN = 512  # payloads at least this big are stored zlib-compressed
 
@@ -149,7 +149,7 @@ class _Timeline:
         self.fast = fp.layouts(little).fast
         self.trailer, names = self.fast.sample_id(sf.SIDEBAND_SAMPLE_TYPE)
         self.time_at = names.index("time")
-        self.pending: dict[int, list[Function]] = defaultdict(list)  # cpu -> ksyms before the event
+        self.pairing: LoadPairing[Function] = LoadPairing()
         self.loads: dict[int, tuple[int, bytes, list[Function]]] = {}  # id -> (time, tag, funcs)
         self.unloads: dict[int, int] = {}
         self.lost = 0
@@ -166,11 +166,11 @@ class _Timeline:
                 end = rec.find(b"\0", at)
                 if end < 0:
                     raise ValueError("KSYMBOL name without its NUL")
-                self.pending[cpu].append(Function(rec[at:end].decode("utf-8"), addr, size))
+                self.pairing.ksymbol(cpu, Function(rec[at:end].decode("utf-8"), addr, size))
         elif rtype == fp.RECORD_BPF_EVENT:
             ev_type, _flags, prog_id, tag = fast.bpf_event.unpack_from(rec, body)
             t = self.trailer.unpack_from(rec, body + fast.bpf_event.size)[self.time_at]
-            funcs, self.pending[cpu] = self.pending[cpu], []
+            funcs = self.pairing.take(cpu)
             if ev_type == fp.BPF_EVENT_PROG_LOAD:
                 self.loads[prog_id] = (t, tag, funcs)
             elif ev_type == fp.BPF_EVENT_PROG_UNLOAD:

@@ -107,7 +107,7 @@ class _Aggregator:
 
     def _set_header(self) -> None:
         h = self.pd.header
-        self.sym.set_header(h.bpf_progs, h.btfs, h.build_ids)
+        self.sym.set_header(h.bpf_progs, h.btfs, h.build_ids, self.pd.little)
         self.header_set = True
 
     def run(self) -> None:

@@ -15,9 +15,11 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.model import Capture
+from bpfsym.model import ORIGIN_PERF, Capture, Function, Program
 from bpfsym.read.arrays import unique
+from bpfsym.read.bpf_events import LoadPairing
 from bpfsym.read.kallsyms import KernelSymbols
+from bpfsym.read.proginfo import program_from_perf
 from bpfsym.symbolize.symbols import (
     CONTEXT_MODES,
     FROM_ELF,
@@ -26,8 +28,16 @@ from bpfsym.symbolize.symbols import (
     UNRESOLVED,
     Sym,
 )
-from bpfsym.symbolize.timeline import BpfFunc, BpfProg, BpfTimeline, _perf_lines, _retag
+from bpfsym.symbolize.timeline import BpfFunc, BpfTimeline, _retag, capture_timeline
 from bpfsym.symbolize.user import ElfCache, MapEntry, demangle
+
+# perf.data's KSYMBOL/BPF_EVENT records are paired in delivery order (their CPU is not
+# always recorded: sample_type without PERF_SAMPLE_CPU)
+PERF_CPU = 0
+
+
+def _addr(fn: BpfFunc) -> int:
+    return fn.addr
 
 
 class Symbolizer:
@@ -52,8 +62,8 @@ class Symbolizer:
         self.maps: dict[int, list[MapEntry]] = {}
         self.map_starts: dict[int, list[int]] = {}
         self.comms: dict[int, str] = {0: "swapper"}
-        self.progs_perf: dict[int, BpfProg] = {}
-        self.prog_infos: dict[int, Any] = {}
+        self.progs_perf: dict[int, Program] = {}
+        self.prog_infos: dict[int, dict[str, bytes]] = {}
         self.btfs: dict[int, bytes] = {}
         self.build_ids: dict[str, str] = {}
         self.elf = ElfCache(elf_root)
@@ -61,7 +71,8 @@ class Symbolizer:
         self._ksyms: dict[int, Sym] = {}  # kallsyms index -> its Sym
         self._unres: dict[Any, Sym] = {}
         self._by_file: dict[tuple[str, str, int], Sym] = {}
-        self.pending_ksyms: list[BpfFunc] = []
+        self.pairing: LoadPairing[BpfFunc] = LoadPairing()
+        self.little = True  # perf.data's byte order (its BPF_PROG_INFO blobs)
         self.side_used = False
         if capture is not None:
             self._load_capture(capture)
@@ -69,17 +80,17 @@ class Symbolizer:
     # ---- sources -------------------------------------------------------
 
     def _load_capture(self, cap: Capture) -> None:
-        for p in cap.programs:
-            prog = BpfProg(p.id, p.tag, origin=FROM_SIDE)
-            prog.set_lines(p.lines)
-            for i, fn in enumerate(p.functions):
-                bf = BpfFunc(fn.name, fn.addr, fn.size, p.load_time, p.unload_time, FROM_SIDE, prog)
-                if i == 0:
-                    prog.main_name = fn.name
-                self.bpf_side.add(bf)
+        self.bpf_side = capture_timeline(cap, FROM_SIDE)
 
-    def set_header(self, progs: dict[int, Any], btfs: dict[int, bytes], build_ids: list) -> None:
+    def set_header(
+        self,
+        progs: dict[int, dict[str, bytes]],
+        btfs: dict[int, bytes],
+        build_ids: list,
+        little: bool = True,
+    ) -> None:
         self.prog_infos = progs
+        self.little = little
         self.btfs = btfs
         for b in build_ids:
             self.build_ids[b.filename] = b.build_id
@@ -93,7 +104,7 @@ class Symbolizer:
             else:
                 fn = BpfFunc(name, addr, length, t or None, None, FROM_PERF)
                 self.bpf_perf.add(fn)
-                self.pending_ksyms.append(fn)
+                self.pairing.ksymbol(PERF_CPU, fn)
             self._drop_kcache()
         else:
             # out-of-line code (trampolines, dispatchers, ...): named by the kernel
@@ -106,26 +117,27 @@ class Symbolizer:
     def bpf_event(self, etype: int, prog_id: int, tag: bytes, t: int | None) -> None:
         if etype != K.BPF_EVENT_PROG_LOAD:
             return
-        info = self.prog_infos.get(prog_id)
-        prog = BpfProg(prog_id, tag.hex())
-        self.progs_perf[prog_id] = prog
-        if info is not None and info.jited_ksyms:
-            addrs = info.jited_ksyms
-            mine = [f for f in self.pending_ksyms if f.addr in addrs]
-            for fn in mine:
+        blobs = self.prog_infos.get(prog_id)
+        if blobs is not None and blobs.get("ksyms"):
+            prog = program_from_perf(prog_id, blobs, self.btfs, load_time=t, little=self.little)
+            addrs = [f.addr for f in prog.functions]
+            mine = self.pairing.take(PERF_CPU, addrs, _addr)
+            by_addr = {fn.addr: fn for fn in mine}
+            for i, f in enumerate(prog.functions):
+                fn = by_addr.get(f.addr)
+                if fn is None:
+                    continue
                 fn.prog = prog
-                if fn.addr == addrs[0] and len(addrs) > 1:
+                if i == 0 and len(addrs) > 1:
                     # perf names a synthesized main function after prog_tags[0]; kallsyms
                     # uses the program's tag (kernel bpf_prog_ksym_set_name)
                     self.bpf_perf.rename(fn, _retag(fn.name, prog.tag))
-                if fn.addr == addrs[0]:
-                    prog.main_name = fn.name
-            self.pending_ksyms = [f for f in self.pending_ksyms if f not in mine]
-            prog.set_lines(_perf_lines(info, self.btfs.get(int(info.info["btf_id"]))))
+                f.name = fn.name  # the kernel's own names (KSYMBOL), exact by construction
         else:
             # no prog info (pipe mode): the functions registered just before are this
             # program's; perf synthesizes them main function first, named after prog_tags[0]
-            pend = self.pending_ksyms
+            prog = Program(prog_id, "", tag.hex(), -1, load_time=t, origin=ORIGIN_PERF)
+            pend = self.pairing.take(PERF_CPU)
             mine_tag = f"bpf_prog_{prog.tag}"
             if (
                 len(pend) > 1
@@ -133,14 +145,12 @@ class Symbolizer:
                 and not any(f.name.startswith(mine_tag) for f in pend)
             ):
                 self.bpf_perf.rename(pend[0], _retag(pend[0].name, prog.tag))
-            for fn in self.pending_ksyms:
-                if fn.name.startswith(f"bpf_prog_{prog.tag}"):
-                    fn.prog = prog
-                    prog.main_name = fn.name
-            for fn in self.pending_ksyms:
-                if fn.prog is None:
-                    fn.prog = prog
-            self.pending_ksyms = []
+            main = [fn for fn in pend if fn.name.startswith(mine_tag)][-1:]
+            for fn in main + [fn for fn in pend if fn not in main]:
+                fn.prog = prog
+                if main:  # no main function, no program name (as the kernel would have it)
+                    prog.functions.append(Function(fn.name, fn.addr, fn.size))
+        self.progs_perf[prog_id] = prog
 
     def comm(self, pid: int, tid: int, name: str, exec_: bool) -> None:
         self.comms[tid] = name

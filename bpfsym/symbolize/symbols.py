@@ -77,9 +77,9 @@ class Sym:
 
     def srcline(self, ip: int) -> str:
         """file:line of ip; for BPF code a SourceLine with the line's text from BTF."""
-        if self.bpf is None or self.bpf.prog is None:
+        if self.bpf is None:
             return "??:0"
-        return self.bpf.prog.srcline(ip)
+        return self.bpf.srcline(ip)
 
 
 class SourceLine(str):

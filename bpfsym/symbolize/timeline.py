@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from bpfsym.model import LineEntry
+from bpfsym.model import Capture, Function, LineEntry, Program
 from bpfsym.symbolize.symbols import FROM_PERF, SourceLine, Sym, source_text
 
 
-@dataclass
-class BpfProg:
-    """A BPF program as far as symbolization goes."""
+class ProgLines:
+    """A program's source lines by native address (its jited_line_info), for srcline cells."""
 
-    id: int
-    tag: str
-    main_name: str = ""
-    lines: list[LineEntry] = field(default_factory=list)  # sorted by jited_addr
-    origin: str = FROM_PERF
-    _addrs: list[int] = field(default_factory=list)
+    __slots__ = ("lines", "_addrs")
 
-    def set_lines(self, lines: list[LineEntry]) -> None:
+    def __init__(self, lines: list[LineEntry]) -> None:
         self.lines = sorted((x for x in lines if x.jited_addr), key=lambda x: x.jited_addr or 0)
         self._addrs = [x.jited_addr or 0 for x in self.lines]
 
@@ -45,13 +39,34 @@ class BpfFunc:
     load: int | None  # None: before the capture
     unload: int | None = None  # None: still there at the end
     origin: str = FROM_PERF
-    prog: BpfProg | None = None
+    prog: Program | None = None
     sym: Sym | None = None
+    _lines: ProgLines | None = None
 
     def alive(self, t: int | None) -> bool:
         if t is None:
             return self.unload is None
         return (self.load is None or self.load <= t) and (self.unload is None or t < self.unload)
+
+    def srcline(self, ip: int) -> str:
+        """file:line of ip with the line's text from BTF ("??:0" without line info)."""
+        if self.prog is None:
+            return "??:0"
+        if self._lines is None:
+            self._lines = ProgLines(self.prog.lines)
+        return self._lines.srcline(ip)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a report's second reading process sends its symbols back pickled: the program
+        # goes without its images, BTF and instructions (names and lines are all it needs)
+        state = dict(self.__dict__)
+        p = self.prog
+        if p is not None:
+            light = Program(p.id, p.name, p.tag, p.type, p.load_time, p.unload_time)
+            light.functions = [Function(f.name, f.addr, f.size) for f in p.functions]
+            light.lines, light.origin = p.lines, p.origin
+            state["prog"] = light
+        return state
 
 
 class BpfTimeline:
@@ -124,28 +139,10 @@ def _retag(name: str, tag: str) -> str:
     return name
 
 
-def _perf_lines(info: Any, btf_blob: bytes | None) -> list[LineEntry]:
-    """Line entries of a HEADER_BPF_PROG_INFO program, strings from HEADER_BPF_BTF."""
-    if not info.line_info or len(info.jited_line_info) != len(info.line_info):
-        return []
-    index = None
-    if btf_blob:
-        from bpfsym.errors import FormatError
-        from bpfsym.read.btf import BtfIndex
-
-        try:
-            index = BtfIndex(btf_blob)
-        except FormatError:
-            index = None
-    out = []
-    for (insn_off, file_off, line_off, line_col), addr in zip(
-        info.line_info, info.jited_line_info, strict=False
-    ):
-        file = text = ""
-        if index is not None:
-            try:
-                file, text = index.string(file_off), index.string(line_off)
-            except Exception:  # noqa: BLE001 - a bad string offset only loses the text
-                file = text = ""
-        out.append(LineEntry(insn_off, file, text, line_col >> 10, line_col & 0x3FF, addr))
-    return out
+def capture_timeline(cap: Capture, origin: str) -> BpfTimeline:
+    """Every function of a side file's programs over its program's lifetime."""
+    tl = BpfTimeline()
+    for p in cap.programs:
+        for fn in p.functions:
+            tl.add(BpfFunc(fn.name, fn.addr, fn.size, p.load_time, p.unload_time, origin, p))
+    return tl

@@ -16,6 +16,7 @@ from bpfsym.formats import perfdata as F
 from bpfsym.formats.errors import FormatError
 from bpfsym.read.features import parse_bpf_btf, parse_bpf_prog_info, parse_build_ids
 from bpfsym.read.perfdata import PerfData, struct_of
+from bpfsym.read.proginfo import program_from_perf
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
 
@@ -77,10 +78,14 @@ def test_file_header_features() -> None:
     assert os.path.basename(h.cmdline[0]) == "perf" and "record" in h.cmdline
     assert [a.name for a in pd.attrs][:1] == ["cpu-clock"]
     # xdp_spin was loaded before perf started: perf saved its bpf_prog_info and BTF
-    spin = [p for p in h.bpf_progs.values() if p.info["name"] == "xdp_spin"]
-    assert spin and len(spin[0].jited_ksyms) == 2 == len(spin[0].jited_func_lens)
-    assert int(spin[0].info["btf_id"]) in h.btfs
-    assert h.btfs[int(spin[0].info["btf_id"])][:2] == b"\x9f\xeb"  # BTF magic, little-endian
+    progs = [program_from_perf(i, b, h.btfs, load_time=None) for i, b in h.bpf_progs.items()]
+    spin = [p for p in progs if p.name == "xdp_spin"]
+    assert spin and len(spin[0].functions) == 2 and all(f.size for f in spin[0].functions)
+    assert spin[0].btf_id in h.btfs
+    assert h.btfs[spin[0].btf_id][:2] == b"\x9f\xeb"  # BTF magic, little-endian
+    # the BTF of HEADER_BPF_BTF names the sub-program and gives every line its text
+    assert spin[0].functions[1].name.endswith("_spin_mix")
+    assert spin[0].lines and all(x.text and x.jited_addr for x in spin[0].lines)
 
 
 def test_pipe_mode_takes_attrs_and_features_from_records() -> None:
@@ -341,10 +346,15 @@ def _rewrite_info_len(section: bytes, new_len: int, with_count: bool) -> bytes:
 def test_bpf_prog_info_of_other_sizes_and_without_count(info_len: int, with_count: bool) -> None:
     L = F.perfdata_layouts(True)
     raw, off = _raw_feature(fixture("bpf.data"), F.HEADER_BPF_PROG_INFO)
-    want = {int(p.info["id"]): p.jited_ksyms for p in parse_bpf_prog_info(L, raw, "x", off)}
-    assert want
+
+    def ksyms(entries: list[dict[str, bytes]]) -> dict[int, list[int]]:
+        progs = [program_from_perf(0, b, {}, load_time=None) for b in entries]
+        return {int(p.info["id"]): [f.addr for f in p.functions] for p in progs}
+
+    want = ksyms(parse_bpf_prog_info(L, raw, "x", off))
+    assert want and all(want.values())
     got = parse_bpf_prog_info(L, _rewrite_info_len(raw, info_len, with_count), "x", off)
-    assert {int(p.info["id"]): p.jited_ksyms for p in got} == want
+    assert ksyms(got) == want
 
 
 def test_bpf_btf_section() -> None:
