@@ -5,6 +5,7 @@ The CLI is built from Debian's packages by scripts/setup-pprof (CI runs it in se
 
 from __future__ import annotations
 
+import collections
 import gzip
 import os
 import re
@@ -15,6 +16,7 @@ from typing import Any
 from bpfsym import profile_pb2
 
 PPROF = shutil.which("pprof") or "/usr/local/bin/pprof"
+BPF_FUNC = re.compile(r"bpf_prog_[0-9a-f]{16}(?:_|$)")  # a JIT-ed BPF function's kallsyms name
 TOP_ROW = re.compile(
     r"^\s*(\S+)\s+([\d.]+)%\s+([\d.]+)%\s+(\S+)\s+([\d.]+)%\s+(\S+)(?:\s+(\S+))?\s*$"
 )
@@ -89,6 +91,39 @@ def traces(path: str, *opts: str) -> list[tuple[str, list[str]]]:
                 frames.append(parts[0])
         if value:
             got.append((value, frames))
+    return got
+
+
+def bpf_prefix(frames: list[str]) -> tuple[str, ...]:
+    """The BPF frames a call chain starts with, by names without their tags."""
+    out = []
+    for f in frames:
+        if not BPF_FUNC.match(f):
+            break
+        out.append(f.split("_", 3)[3] if f.count("_") >= 3 else "")
+    return tuple(out)
+
+
+def bpf_chains(path: str) -> collections.Counter:
+    """Samples per BPF chain start (bpf_prefix) of `pprof -traces`, BPF leaves only."""
+    got: collections.Counter = collections.Counter()
+    for value, frames in traces(path, "-sample_index=samples"):
+        if BPF_FUNC.match(frames[0]):
+            got[bpf_prefix(frames)] += int(value)
+    return got
+
+
+def perf_script_bpf_chains(data: str) -> collections.Counter:
+    """The same from `perf script`, perf's own reading of the call chains (perf names
+    some main functions after prog_tags[0]: the tags are left out)."""
+    out = subprocess.run(
+        ["perf", "script", "-i", data, "-F", "ip,sym"], capture_output=True, text=True, check=True
+    ).stdout
+    got: collections.Counter = collections.Counter()
+    for block in out.split("\n\n"):
+        frames = [ln.split()[1] for ln in block.strip().splitlines() if len(ln.split()) >= 2]
+        if frames and BPF_FUNC.match(frames[0]):
+            got[bpf_prefix(frames)] += 1
     return got
 
 

@@ -8,7 +8,6 @@ and the BPF programs' C sources kept beside the fixtures.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import subprocess
@@ -16,7 +15,16 @@ import sys
 
 import pytest
 from perftext import fixture_kallsyms, is_bpf_func
-from pproftext import leaf_values, pprof, raw_mappings, read_profile, tags, top, traces
+from pproftext import (
+    bpf_chains,
+    leaf_values,
+    perf_script_bpf_chains,
+    pprof,
+    raw_mappings,
+    read_profile,
+    tags,
+    top,
+)
 
 from bpfsym.pprof import write_pprof
 from bpfsym.report import analyze
@@ -188,38 +196,10 @@ def test_pprof_lines_are_the_btf_source_lines(flat):
     assert cols >= 5
 
 
-def bpf_chains_of_perf_script(name: str) -> collections.Counter:
-    """Per sample with a BPF leaf: its BPF frames (leaf first) as names without their
-    tags, as perf script names them (perf names some main functions after prog_tags[0])."""
-    out = subprocess.run(
-        ["perf", "script", "-i", os.path.join(FIX, name), "-F", "ip,sym"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    got: collections.Counter = collections.Counter()
-    for block in out.split("\n\n"):
-        frames = [ln.split()[1] for ln in block.strip().splitlines() if len(ln.split()) >= 2]
-        if frames and frames[0].startswith("bpf_prog_"):
-            got[_bpf_prefix(frames)] += 1
-    return got
-
-
-def _bpf_prefix(frames: list[str]) -> tuple[str, ...]:
-    bpf = []
-    for f in frames:
-        if not is_bpf_func(f"[k] {f}"):
-            break
-        bpf.append(f.split("_", 3)[3])
-    return tuple(bpf)
-
-
 def test_pprof_traces_are_perfs_call_chains(tmp_path):
     g = profile(tmp_path, "bpf.data", ["comm", "dso", "sym"], g=True)
-    got: collections.Counter = collections.Counter()
-    for value, frames in traces(g, "-sample_index=samples"):
-        if is_bpf_func(f"[k] {frames[0]}"):
-            got[_bpf_prefix(frames)] += int(value)
-    want = bpf_chains_of_perf_script("bpf.data")
-    assert got == want
+    got = bpf_chains(g)
+    assert got == perf_script_bpf_chains(os.path.join(FIX, "bpf.data"))
     assert got[("spin_mix", "xdp_spin")] > 100  # through the sub-program, up to its caller
     # the flat view of the call-graph profile is the flat report too; cum has the callees
     flat_doc = bpf_shares(report_json("bpf.data", "--sort", "sym"))
