@@ -118,6 +118,7 @@ class Side:
         self.progs: dict[tuple[str, str], Prog] = {}
         self.by_sym: dict[Sym, Prog] = {}
         self.occ: dict[int, dict[int, tuple[str, str, int]]] = {}  # id(BpfFunc) -> by line
+        self.addrs: dict[int, list[int]] = {}  # id(BpfProg) -> its lines' native addresses
         self.keys = an.keys
         self.nhead = (1 if "cpu" in self.keys else 0) + (
             2 if ("comm" in self.keys or "pid" in self.keys) else 0
@@ -152,7 +153,9 @@ class Side:
         if f is None or f.prog is None or not f.prog.lines:
             return None
         lines = f.prog.lines
-        addrs = [e.jited_addr or 0 for e in lines]
+        addrs = self.addrs.get(id(f.prog))
+        if addrs is None:
+            addrs = self.addrs[id(f.prog)] = [e.jited_addr or 0 for e in lines]
         i = bisect.bisect_right(addrs, ip) - 1
         if i < 0:
             return None
