@@ -399,7 +399,7 @@ def table(base: Side, new: Side, ev: str, limit: float) -> list[dict[str, Any]]:
 
 
 def _side_note(side: Side) -> str:
-    what = f"side file {side.side}" if side.side else "no side file (BPF from perf.data records)"
+    what = f"side file {side.side}" if side.side else "no side file: BPF from perf.data records"
     return f"{side.path} ({what})"
 
 
