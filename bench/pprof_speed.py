@@ -30,8 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # what `report --pprof OUT [-g]` runs, for a bpfsym without the option yet
 DRIVER = """
 import sys
-from bpfsym.report import analyze
-from bpfsym.pprof import write_pprof
+from bpfsym.report.analysis import analyze
+from bpfsym.report.pprof import write_pprof
 path, out, g, keys = sys.argv[1], sys.argv[2], sys.argv[3] == "-g", sys.argv[4].split(",")
 an = analyze(path, None, keys, g)
 write_pprof(an, out)

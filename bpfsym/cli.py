@@ -31,6 +31,10 @@ COMMANDS = {
         "JIT disassembly of BPF functions with heat and source",
     ),
     "top": ("bpfsym.commands.top", "live per-program BPF runtime"),
+    "diff": (
+        "bpfsym.commands.diff",
+        "compare two captures like perf diff, BPF programs matched by name",
+    ),
     "dump": ("bpfsym.commands.dump", "show what a side file captured"),
     "kallsyms": (
         "bpfsym.commands.kallsyms",

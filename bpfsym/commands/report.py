@@ -21,6 +21,7 @@ EPILOG = """examples:
   bpfsym report -g --stdio                       # with call graphs
   bpfsym report --folded | flamegraph.pl > bpf.svg
   bpfsym report --json -i run1.data --no-side
+  bpfsym report --pprof bpf.pb.gz --sort comm,dso,sym,srcline   # pprof -top -lines bpf.pb.gz
 """
 
 SORT_KEYS = ("comm", "pid", "cpu", "dso", "sym", "prog", "func", "srcline")
@@ -57,6 +58,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON output")
     out.add_argument("--folded", action="store_true", help="folded stacks for flame graphs")
+    out.add_argument(
+        "--pprof",
+        metavar="FILE",
+        help="write a gzipped pprof profile (profile.proto) to FILE ('-': stdout);"
+        " --sort srcline adds BPF source lines",
+    )
     p.add_argument(
         "--percent-limit", type=float, default=0.0, help="hide entries below this overhead"
     )
@@ -85,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except FileNotFoundError as e:
         raise FormatError(e.filename or args.input, 0, "no such file") from None
+    if args.pprof:
+        from bpfsym.report.pprof import write_pprof
+
+        write_pprof(an, args.pprof, side)
+        return 0
     with gc_paused():
         if args.json:
             text = render_json(an, side)

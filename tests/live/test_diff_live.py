@@ -27,16 +27,8 @@ def run_bpfsym(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def diff(*args: str) -> subprocess.CompletedProcess[str]:
-    """`bpfsym diff ARGS`: the command as cli.COMMANDS will name it."""
-    code = (
-        "import sys; from bpfsym import cli; "
-        "cli.COMMANDS.setdefault('diff', ('bpfsym.diff', 'compare two captures')); "
-        "sys.exit(cli.main(sys.argv[1:]))"
-    )
-    return subprocess.run(
-        [BPFSYM[0], "-P", "-c", code, "diff", *args],
-        env=ENV, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    """`bpfsym diff ARGS`."""
+    return run_bpfsym("diff", *args)
 
 
 def rebuilt(tmp: Path) -> Path:
@@ -84,6 +76,8 @@ def report_shares(data: Path, keys: str) -> dict[tuple, float]:
     assert r.returncode == 0, r.stderr
     out: dict[tuple, float] = {}
     for row in json.loads(r.stdout)["events"][0]["rows"]:
+        if row["prog"].count("_") < 3 or row["func"].count("_") < 3:
+            continue  # an unnamed program of the machine's (-a): bpf_prog_<tag>
         prog = row["prog"].split("_", 3)[3]
         func = row["func"].split("_", 3)[3]
         k = (prog, func, row["source"]) if "srcline" in keys else (prog, func)

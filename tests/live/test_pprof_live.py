@@ -17,28 +17,15 @@ from livekit import BPF, DEMO, bpfsym_run, ensure_loader
 from perftext import is_bpf_func
 from pproftext import bpf_chains, perf_script_bpf_chains, read_profile, top, traces
 
-from bpfsym.symbolize import source_text
+from bpfsym.symbolize.symbols import source_text
 
 SUBPROGS = ("parse_ipv4", "hash_mix", "count_bytes")
 
 
-def report_has_pprof() -> bool:
-    return "--pprof" in bpfsym_run("report", "--help").stdout
-
-
 def write_profile(data: Path, out: Path, *args: str) -> None:
-    """`bpfsym report -i DATA --pprof OUT ARGS`; before that option is wired in, the
-    calls it makes (analyze with the side file, then write_pprof)."""
-    if report_has_pprof():
-        r = bpfsym_run("report", "-i", str(data), "--pprof", str(out), *args)
-        assert r.returncode == 0, r.stderr
-        return
-    from bpfsym.pprof import write_pprof
-    from bpfsym.report import analyze
-
-    keys = args[args.index("--sort") + 1].split(",") if "--sort" in args else None
-    an = analyze(str(data), str(data) + ".bpfsym", keys, "-g" in args)
-    write_pprof(an, str(out), str(data) + ".bpfsym")
+    """`bpfsym report -i DATA --pprof OUT ARGS`."""
+    r = bpfsym_run("report", "-i", str(data), "--pprof", str(out), *args)
+    assert r.returncode == 0, r.stderr
 
 
 def report_json(data: Path, *args: str) -> dict:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from bpfsym import profile_pb2
+from bpfsym.report import profile_pb2
 
 PPROF = shutil.which("pprof") or "/usr/local/bin/pprof"
 BPF_FUNC = re.compile(r"bpf_prog_[0-9a-f]{16}(?:_|$)")  # a JIT-ed BPF function's kallsyms name

@@ -22,12 +22,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures", "perfdata")
 
 
-@pytest.fixture(autouse=True)
-def diff_command(monkeypatch):
-    # the command as cli.COMMANDS will name it
-    monkeypatch.setitem(cli.COMMANDS, "diff", ("bpfsym.diff", "compare two captures"))
-
-
 def diff(capsys, *args: str) -> str:
     code = cli.main(["diff", *args, "--kallsyms", fixture_kallsyms()])
     out, err = capsys.readouterr()

@@ -26,9 +26,9 @@ from pproftext import (
     top,
 )
 
-from bpfsym.pprof import write_pprof
-from bpfsym.report import analyze
-from bpfsym.symbolize import source_text
+from bpfsym.report.analysis import analyze
+from bpfsym.report.pprof import write_pprof
+from bpfsym.symbolize.symbols import source_text
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures", "perfdata")
@@ -278,11 +278,8 @@ def test_pipe_and_compressed_files(tmp_path, name):
 
 def test_profile_to_stdout(tmp_path):
     path = str(tmp_path / "p.pb.gz")
-    script = (
-        "import sys; from bpfsym.report import analyze; from bpfsym.pprof import write_pprof;"
-        f"write_pprof(analyze({os.path.join(FIX, 'bpf.data')!r}, None, {LINES!r}, False, False,"
-        f" {fixture_kallsyms()!r}), '-')"
-    )
+    cmd = [sys.executable, "-P", "-m", "bpfsym", "report", "-i", os.path.join(FIX, "bpf.data"),
+           "--no-side", "--kallsyms", fixture_kallsyms(), "--sort", ",".join(LINES), "--pprof", "-"]  # fmt: skip
     with open(path, "wb") as f:
-        subprocess.run([sys.executable, "-c", script], stdout=f, check=True, cwd=ROOT)
+        subprocess.run(cmd, stdout=f, check=True, cwd=ROOT)
     assert top(path) == top(profile(tmp_path, "bpf.data", LINES))

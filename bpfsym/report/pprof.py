@@ -33,10 +33,13 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from bpfsym.formats import perf as K
+from bpfsym.report.analysis import Analysis, EventStats
+from bpfsym.report.render import header_lines
+from bpfsym.symbolize.kernel import KERNEL_DSO
+from bpfsym.symbolize.symbols import Sym
+
 from . import profile_pb2 as pb
-from .formats import perf as K
-from .report import KERNEL_DSO, Analysis, EventStats, header_lines
-from .symbolize import Sym
 
 # the kallsyms name of a BPF function: bpf_prog_<tag>[_<name>] (kernel/bpf/core.c)
 _BPF_NAME = re.compile(r"bpf_prog_([0-9a-f]{16})(?:_|$)")

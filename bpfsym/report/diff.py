@@ -1,75 +1,23 @@
-"""Compare two captures like perf diff, BPF programs matched across rebuilds.
-
-bpfsym diff BASE NEW [--sort prog,func,srcline] [--json]
-
-Both are perf.data files, each with its side file (<file>.bpfsym) when there is one. A
-rebuilt program gets a new tag and new addresses (kallsyms names are
-bpf_prog_<tag>_<name>), so BPF code is matched without them: programs by program name
-(the name part of the main function's kallsyms name), several programs of one name by
-their tags first and then by the names of their sampled functions; functions within a
-matched program by name; source lines by their text from BTF line info (the k-th line
-of a text in a function matches the k-th), so an edit that moves lines keeps them
-matched. Other code is matched by the names the report shows (perf diff's pairing).
-
-Percentages are of each file's event total, matched by event name; the delta is new
-minus base, in points, and rows are sorted by its size (perf diff's delta-abs).
-Entries that cannot be on the other side (a program only one capture has, a source line
-whose text the other build lacks) are marked as such; a blank column means no samples.
-"""
+"""Two reports compared like perf diff, BPF code matched across rebuilds (see the
+command's docstring, bpfsym.commands.diff, for the matching rules)."""
 
 from __future__ import annotations
 
-import argparse
 import bisect
-import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .formats.errors import FormatError
-from .report import HEADINGS, Analysis, analyze, default_side, gc_paused, sort_keys
-from .symbolize import Sym, source_text
+from bpfsym.report.analysis import Analysis
+from bpfsym.report.render import HEADINGS
+from bpfsym.symbolize.symbols import Sym, source_text
 
-EPILOG = """examples:
-  bpfsym diff base.data new.data                        # perf diff, BPF programs matched
-  bpfsym diff base.data new.data --sort prog,func,srcline --bpf-only
-  bpfsym diff base.data new.data --json
-"""
-
-DEFAULT_SORT = ["dso", "sym"]  # perf diff's
 _BPF_NAME = re.compile(r"bpf_prog_([0-9a-f]{16})(?:_(.*))?$")  # kernel/bpf/core.c
+
 ONLY_BASE = "only in base"
+
 ONLY_NEW = "only in new"
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("base", help="baseline perf.data")
-    p.add_argument("new", help="perf.data to compare with it")
-    p.add_argument("--base-side", help="side file of BASE (default: BASE.bpfsym when there)")
-    p.add_argument("--new-side", help="side file of NEW (default: NEW.bpfsym when there)")
-    p.add_argument("--no-side", action="store_true", help="ignore any side file")
-    p.add_argument(
-        "-s",
-        "--sort",
-        type=sort_keys,
-        default=None,
-        help="sort keys, comma separated: comm,pid,cpu,dso,sym,prog,func,srcline "
-        f"(default {','.join(DEFAULT_SORT)})",
-    )
-    p.add_argument("--bpf-only", action="store_true", help="only entries in BPF programs")
-    p.add_argument("--json", action="store_true", help="JSON output")
-    p.add_argument(
-        "--percent-limit",
-        type=float,
-        default=0.0,
-        help="hide entries below this overhead in both files and with a smaller delta",
-    )
-    p.add_argument("--kallsyms", help="kernel symbols of both files from this kallsyms file")
-
-
-# ---- programs ----------------------------------------------------------------
 
 
 def split_name(ksym: str) -> tuple[str, str]:
@@ -234,9 +182,6 @@ def _rank(bs: list[Prog], ns: list[Prog], bn: tuple[Prog, Prog]) -> int:
     return abs(bs.index(bn[0]) - ns.index(bn[1]))
 
 
-# ---- rows -------------------------------------------------------------------
-
-
 @dataclass
 class Row:
     cells: tuple[str, ...]
@@ -348,28 +293,8 @@ def _mark_lines(base: Side, new: Side, r: Row) -> None:
                 r.status = status
 
 
-# ---- output -----------------------------------------------------------------
-
-
 def _pct(v: int | None, total: int) -> float | None:
     return None if v is None else 100.0 * v / (total or 1)
-
-
-def compare(args: argparse.Namespace) -> tuple[Side, Side, list[tuple[Prog | None, Prog | None]]]:
-    keys = args.sort or list(DEFAULT_SORT)
-    sides = []
-    for label, path, side_opt in (
-        ("base", args.base, args.base_side),
-        ("new", args.new, args.new_side),
-    ):
-        side = None if args.no_side else (side_opt or default_side(path))
-        try:
-            an = analyze(path, side, keys, False, args.bpf_only, args.kallsyms)
-        except FileNotFoundError as e:
-            raise FormatError(e.filename or path, 0, "no such file") from None
-        sides.append(Side(label, path, side, an))
-    base, new = sides
-    return base, new, match_programs(base, new)
 
 
 def events_of(base: Side, new: Side) -> tuple[list[str], list[str], list[str]]:
@@ -532,19 +457,3 @@ def _presence(r: dict[str, Any]) -> str:
     if r["base"] is not None and r["new"] is not None:
         return "both"
     return "no samples in new" if r["new"] is None else "no samples in base"
-
-
-def run(args: argparse.Namespace) -> int:
-    base, new, pairs = compare(args)
-    with gc_paused():
-        if args.json:
-            text = json.dumps(to_json(base, new, pairs, args.percent_limit), indent=1) + "\n"
-        else:
-            text = render(base, new, pairs, args.percent_limit)
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    return 0
