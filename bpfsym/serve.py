@@ -24,12 +24,14 @@ import gzip
 import ipaddress
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
@@ -39,8 +41,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from bpfsym.formats.bpf import prog_type_name
 from bpfsym.live import progs
 from bpfsym.live.stats import (
+    _OBJ_NAME_MAX,
     RuntimeStats,
     StatsUnavailable,
+    _btf_func_name,
     _fdinfo_prog_id_of,
     _proc_fds,
 )
@@ -56,7 +60,7 @@ LABELS = ["id", "name", "type", "tag", "owner"]
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """ "[ADDR:]PORT" as (address, port), for argparse (ArgumentTypeError on bad input).
+    """Parse "[ADDR:]PORT" into (address, port), for argparse (ArgumentTypeError on bad input).
 
     PORT alone listens on 127.0.0.1; ADDR is an IPv4 address, "localhost" (127.0.0.1) or an
     IPv6 address in brackets ([::1]:9101). Port 0 takes any free port (printed at start)."""
@@ -111,7 +115,7 @@ class ProgRow:
     """One program's exported values: the labels and the totals since load."""
 
     id: int
-    name: str  # bpf_prog_info.name, up to 15 characters, "" when unnamed
+    name: str  # as bpftool shows it (the BTF name for a truncated one), "" when unnamed
     type: str  # bpftool's name of the program type
     tag: str  # 16 hex digits
     owner: str  # commands holding it open, sorted, joined by ","; "" for none
@@ -232,11 +236,25 @@ class Owners:
         return {k: self._known[k].label for k in keys}
 
 
+def full_name(fd: int, info: Any) -> str:
+    """The program's name as bpftool shows it: bpf_prog_info.name, or when that has the 15
+    characters a truncated one would, the main function's BTF name (bpftool's
+    get_prog_full_name, tools/bpf/bpftool/common.c)."""
+    name = str(info.name)
+    if len(name) < _OBJ_NAME_MAX or not (info.btf_id and info.nr_func_info):
+        return name
+    try:
+        return _btf_func_name(fd) or name
+    except OSError:
+        return name
+
+
 class ProgCollector(Collector):
     """prometheus-client Collector: every program's counters, read from the kernel at collect().
 
-    Name, type and tag of a program never change, so they are decoded once per (id, load_time);
-    a scrape costs one BPF_PROG_GET_FD_BY_ID and one BPF_OBJ_GET_INFO_BY_FD per program."""
+    Name, type and tag of a program never change, so they are decoded once per (id, load_time)
+    (a 15-character name costs a fetch of its BTF, once); a scrape costs one
+    BPF_PROG_GET_FD_BY_ID and one BPF_OBJ_GET_INFO_BY_FD per program."""
 
     def __init__(self, owners: Owners | None = None) -> None:
         self.owners = owners or Owners()
@@ -253,15 +271,15 @@ class ProgCollector(Collector):
                 raise
             try:
                 info = progs.basic_info(fd)
+                key = (int(info.id), int(info.load_time))
+                if key not in self._static:
+                    self._static[key] = (
+                        full_name(fd, info),
+                        prog_type_name(int(info.type)),
+                        bytes(info.tag).hex(),
+                    )
             finally:
                 os.close(fd)
-            key = (int(info.id), int(info.load_time))
-            if key not in self._static:
-                self._static[key] = (
-                    str(info.name),
-                    prog_type_name(int(info.type)),
-                    bytes(info.tag).hex(),
-                )
             read.append((key, int(info.run_time_ns), int(info.run_cnt), int(info.recursion_misses)))
         alive = {k for k, *_ in read}
         for k in [k for k in self._static if k not in alive]:
@@ -515,6 +533,8 @@ class MetricsServer:
             await asyncio.wait_for(writer.wait_closed(), self.limits.write_timeout)
         except (ConnectionError, asyncio.CancelledError, asyncio.TimeoutError):
             pass
+        except Exception as e:  # noqa: BLE001 - one client's trouble, not the server's end
+            print(f"bpfsym top: connection dropped: {e!r}", file=sys.stderr, flush=True)
         finally:
             self._conns.pop(task, None)
             self._writers.pop(task, None)
@@ -649,9 +669,13 @@ async def _run(
                 host, bound = await server.start(address, port)
             except OSError as e:
                 await server.close()
+                why = (
+                    os.strerror(e.errno)
+                    if e.errno and not isinstance(e, socket.gaierror)
+                    else str(e.strerror or e)
+                )
                 print(
-                    f"bpfsym top: cannot listen on {url_of(address, port)}: {e.strerror or e}",
-                    file=sys.stderr,
+                    f"bpfsym top: cannot listen on {url_of(address, port)}: {why}", file=sys.stderr
                 )
                 return 2
             try:
