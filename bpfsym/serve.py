@@ -546,8 +546,17 @@ class MetricsServer:
         lim = self.limits
         while True:
             self._conns[task] = True
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + lim.head_timeout
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), lim.head_timeout)
+                first = await asyncio.wait_for(reader.readexactly(1), lim.head_timeout)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+                # idle (a kept-alive connection between scrapes, or one that never sent a
+                # byte): closed without an answer, which RFC 9112 9.6 allows at any time
+                return
+            try:
+                rest = reader.readuntil(b"\r\n\r\n")
+                head = first + await asyncio.wait_for(rest, max(0.0, deadline - loop.time()))
             except asyncio.IncompleteReadError as e:
                 if e.partial.strip():
                     await self._send_error(writer, 400, "incomplete request")
@@ -563,7 +572,9 @@ class MetricsServer:
                 await self._send_error(writer, status, f"request head over {lim.head_bytes} bytes")
                 return
             except asyncio.TimeoutError:
-                await self._send_error(writer, 408, f"no complete request in {lim.head_timeout:g}s")
+                await self._send_error(
+                    writer, 408, f"request head not complete in {lim.head_timeout:g}s"
+                )
                 return
             self._conns[task] = False
             try:

@@ -354,6 +354,21 @@ def test_slow_loris_is_cut_at_the_head_deadline() -> None:
     assert slow.sent < len(SlowClient.HEAD) - 4
 
 
+def test_idle_connections_are_closed_without_an_answer() -> None:
+    """One that never sends a byte, and a kept-alive one after its answer: closed at the head
+    deadline with nothing sent (a 408 there would be an unsolicited answer to a client)."""
+    with running(Rows(ROWS), Limits(head_timeout=0.5)) as (_, host, port):
+        assert http(host, port, b"") == b""
+        with socket.create_connection((host, port), timeout=20) as s:
+            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+    status, headers, body = split_response(got)
+    assert status == 200 and "connection" not in headers  # kept alive ...
+    assert len(body) == int(headers["content-length"])  # ... then closed with nothing more
+
+
 def test_slow_and_idle_clients_do_not_stall_a_scrape() -> None:
     """Many connections that send nothing or a byte at a time, more than the server takes: a
     scrape is answered at once (well before any of their deadlines), the oldest idle ones make
