@@ -37,9 +37,10 @@ SERVE = [sys.executable, "-P", "-m", "bpfsym.serve"]
 class Served:
     """The endpoint in a process of its own, ready once it printed the URL it serves."""
 
-    def __init__(self, listen: str = "127.0.0.1:0", *pre: str) -> None:
+    def __init__(self, listen: str = "127.0.0.1:0") -> None:
+        self.stderr = ""
         self.proc = subprocess.Popen(
-            [*pre, *SERVE, listen], env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+            [*SERVE, listen], env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
         )
         assert self.proc.stderr is not None
         sel = selectors.DefaultSelector()
@@ -62,7 +63,6 @@ class Served:
         host, _, port = hostport.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.pid = self.proc.pid
-        self.stderr = ""
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
