@@ -27,7 +27,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from top_refresh import free, load  # noqa: E402
 
 from bpfsym.live.stats import RuntimeStats  # noqa: E402
-from bpfsym.serve import ProgCollector, _Fixed, families, scan_holders  # noqa: E402
+from bpfsym.top.serve import ProgCollector, _Fixed, families, scan_holders  # noqa: E402
 
 ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
@@ -56,7 +56,7 @@ def main() -> int:
     with RuntimeStats():
         fds = load(args.programs)
         server = subprocess.Popen(
-            [sys.executable, "-m", "bpfsym.serve", "127.0.0.1:0"],
+            [sys.executable, "-m", "bpfsym", "top", "--serve", "127.0.0.1:0"],
             cwd=Path(__file__).resolve().parents[1],
             stderr=subprocess.PIPE,
             text=True,

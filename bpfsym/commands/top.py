@@ -181,6 +181,7 @@ examples:
   bpfsym top -b 5 3              # batch text: three refreshes, five seconds apart
   bpfsym top -b -n 3 --json      # JSON lines (fields: docs/top.md)
   bpfsym top --csv --pid 1234    # CSV rows of the programs process 1234 holds
+  bpfsym top --serve 9101        # Prometheus/OpenMetrics endpoint, 127.0.0.1:9101/metrics
 
 %1CPU is the share of one CPU a program used (can exceed 100); %ALL is the share
 of all online CPUs. Keys: s or < > change the sort column, r reverses it,
@@ -253,8 +254,28 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="PID",
         help="programs held open by process PID",
     )
+    p.add_argument(
+        "--serve",
+        type=_listen,
+        metavar="[ADDR:]PORT",
+        help="serve every program's counters to Prometheus at http://ADDR:PORT/metrics"
+        " (ADDR 127.0.0.1 unless given) instead of showing them",
+    )
     p.add_argument("interval", nargs="?", type=_positive_float, help="seconds between refreshes")
     p.add_argument("count", nargs="?", type=_positive_int, help="number of refreshes")
+
+
+def _listen(text: str) -> tuple[str, int]:
+    # imported for --serve only: asyncio and prometheus-client take ~0.1 s to import
+    try:
+        from bpfsym.top.serve import parse_listen
+    except ImportError as e:
+        raise argparse.ArgumentTypeError(f"--serve needs the {e.name} package") from None
+    return parse_listen(text)
+
+
+_NOT_WITH_SERVE = ("batch", "iterations", "delay", "json", "csv", "wide", "reverse",
+                   "name", "type", "id", "pid", "interval", "count")  # fmt: skip
 
 
 def _settle(args: argparse.Namespace) -> str:
@@ -277,6 +298,16 @@ def _on_term(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.serve is not None:
+        if [k for k in _NOT_WITH_SERVE if getattr(args, k)] or args.sort != "cpu":
+            print(
+                "bpfsym top: --serve exports every program; it takes no display or filter options",
+                file=sys.stderr,
+            )
+            return 2
+        from bpfsym.top.serve import serve
+
+        return serve(*args.serve)
     problem = _settle(args)
     if problem:
         print(f"bpfsym top: {problem}", file=sys.stderr)

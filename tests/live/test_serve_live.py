@@ -31,7 +31,7 @@ from promkit import PROMETHEUS_ACCEPT, Prometheus, promtool_check
 from test_top import SYSCTL, bpftool_prog, driving, fixture_prog
 
 # the endpoint as a command; `bpfsym top --serve` once the integrator wires it
-SERVE = [sys.executable, "-P", "-m", "bpfsym.serve"]
+SERVE = [sys.executable, "-P", "-m", "bpfsym", "top", "--serve"]
 
 
 class Served:

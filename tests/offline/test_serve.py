@@ -31,7 +31,7 @@ from promkit import (
 )
 
 import bpfsym
-from bpfsym.serve import (
+from bpfsym.top.serve import (
     Limits,
     MetricsServer,
     Owners,
@@ -79,7 +79,7 @@ def test_bad_listen_address(text: str) -> None:
 
 def test_bad_address_on_the_command_line_is_one_error_and_exit_2() -> None:
     r = subprocess.run(
-        [sys.executable, "-P", "-m", "bpfsym.serve", "::1:9101"],
+        [sys.executable, "-P", "-m", "bpfsym", "top", "--serve", "::1:9101"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -722,15 +722,3 @@ def serve(
     except PermissionError:
         print("bpfsym top: listing BPF programs needs CAP_SYS_ADMIN (run as root)", file=sys.stderr)
         return 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m bpfsym.serve [ADDR:]PORT`: the endpoint alone (what top --serve runs)."""
-    p = argparse.ArgumentParser(prog="bpfsym top --serve", description=__doc__.splitlines()[0])
-    p.add_argument("listen", type=parse_listen, metavar="[ADDR:]PORT")
-    args = p.parse_args(argv)
-    return serve(*args.listen)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
