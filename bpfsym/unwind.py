@@ -29,9 +29,11 @@ record layout is include/uapi/linux/perf_event.h's (PERF_RECORD_SAMPLE).
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import os
 import struct
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -79,6 +81,15 @@ class RegSet:
     dwarf_of_perf: tuple[tuple[int, int], ...]  # (perf number, DWARF number)
     addr_mask: int  # bits of a code address (arm64: pointer authentication codes above)
 
+    @functools.cached_property
+    def perf_of_dwarf(self) -> tuple[int, ...]:
+        """The perf register number of each DWARF column (-1: perf has none)."""
+        out = [-1] * self.nregs
+        for p, d in self.dwarf_of_perf:
+            if d < self.nregs:
+                out[d] = p
+        return tuple(out)
+
 
 # System V x86-64 psABI DWARF numbers: rax rdx rcx rbx rsi rdi rbp rsp r8..r15, 16 = RA (rip)
 _X86_DWARF = {
@@ -120,6 +131,9 @@ REGSETS = {
         addr_mask=(1 << 48) - 1,
     ),
 }
+
+# the DWARF stack pointer by register set size (rules compile without knowing the arch)
+REG_SP_OF_NREGS = {rs.nregs: rs.sp for rs in REGSETS.values()}
 
 # perf report's max_stack default: kernel.perf_event_max_stack (PERF_MAX_STACK_DEPTH, 127);
 # unwind-libunwind-local.c counts the leaf among them
@@ -352,8 +366,11 @@ class Row(NamedTuple):
     cfa_reg: int  # -1: cfa_expr computes it
     cfa_off: int
     cfa_expr: bytes
-    regs: tuple[tuple[int, int, Any], ...]  # (DWARF register, kind, arg)
+    saved: tuple[tuple[int, int], ...]  # OFFSET rules, the common case: (register, offset)
+    other: tuple[tuple[int, int, Any], ...]  # every other rule: (register, kind, arg)
     ra: int  # the CIE's return address column
+    ra_undefined: bool  # its rule is "undefined": the outermost frame (_start, clone)
+    sp_rule: bool  # a rule gives the stack pointer (else the caller's is the CFA)
     signal: bool  # the FDE's CIE has augmentation "S": a signal trampoline
 
 
@@ -420,6 +437,7 @@ class Binary:
 
     path: str
     build_id: str
+    arch: str  # X86_64, ARM64, or the ELF e_machine of another
     segments: list[tuple[int, int, int]]  # (p_offset, p_filesz, p_vaddr) of PT_LOAD
     cfis: list[_Fdes]
     rows: dict[int, Row | tuple[str, str]] = field(default_factory=dict)  # by file offset
@@ -443,18 +461,21 @@ class Binary:
         name = os.path.basename(self.path)
         if va is None:
             return (NO_CFI, f"file offset {off:#x} of {name} is in no loaded segment")
+        rs = REGSETS.get(self.arch)
+        if rs is None:
+            return (UNSUPPORTED, f"{name} is for {self.arch}")
         for fdes in self.cfis:
             try:
                 fde = fdes.find(va)
                 if fde is None:
                     continue
-                return _compile_row(fde, va)
+                return _compile_row(fde, va, rs.nregs)
             except Exception as e:  # noqa: BLE001 - pyelftools on damaged CFI raises anything
                 return (BAD_CFI, f"{name} at {va:#x}: {type(e).__name__}: {str(e)[:80]}")
         return (NO_CFI, f"{va:#x} in {name}")
 
 
-def _compile_row(fde: Any, va: int) -> Row:
+def _compile_row(fde: Any, va: int, nregs: int) -> Row:
     table = fde.get_decoded().table
     if not table:
         raise ValueError("FDE without rows")
@@ -467,24 +488,46 @@ def _compile_row(fde: Any, va: int) -> Row:
         raise ValueError("row without a CFA rule")
     else:
         cfa_reg, cfa_off, cfa_expr = int(cfa.reg), int(cfa.offset or 0), b""
-    regs = []
+    if cfa_reg >= nregs:
+        raise ValueError(f"CFA in DWARF register {cfa_reg}")
+    cie = fde.cie
+    ra = int(cie.header.get("return_address_register", -1))
+    if not 0 <= ra < nregs:
+        raise ValueError(f"return address column {ra}")
+    saved: list[tuple[int, int]] = []
+    other: list[tuple[int, int, Any]] = []
+    ra_undefined = sp_rule = False
     for k, rule in r.items():
-        if not isinstance(k, int):
+        # vector and other registers perf does not sample (arm64 d8-d15 are 72-79)
+        if not isinstance(k, int) or not 0 <= k < nregs:
             continue
         kind = _RULE_KINDS.get(rule.type)
         if kind is None:
             raise ValueError(f"register rule {rule.type}")
-        arg = rule.arg
-        if kind in (R_EXPRESSION, R_VAL_EXPRESSION):
-            arg = bytes(arg)
-        regs.append((k, kind, arg))
-    cie = fde.cie
+        sp_rule |= kind != R_SAME and k == REG_SP_OF_NREGS.get(nregs, -1)
+        if kind == R_OFFSET:
+            saved.append((k, int(rule.arg)))
+        elif kind == R_SAME:
+            pass
+        elif kind == R_UNDEFINED and k == ra:
+            ra_undefined = True
+        elif kind == R_REGISTER:
+            if not 0 <= int(rule.arg) < nregs:
+                raise ValueError(f"register rule from DWARF register {rule.arg}")
+            other.append((k, kind, int(rule.arg)))
+        elif kind in (R_EXPRESSION, R_VAL_EXPRESSION):
+            other.append((k, kind, bytes(rule.arg)))
+        else:
+            other.append((k, kind, rule.arg))
     return Row(
         cfa_reg,
         cfa_off,
         cfa_expr,
-        tuple(regs),
-        int(cie.header.get("return_address_register", -1)),
+        tuple(saved),
+        tuple(other),
+        ra,
+        ra_undefined,
+        sp_rule,
         bool(cie.augmentation_dict.get(True)),  # pyelftools keys augmentation "S" as True
     )
 
@@ -567,7 +610,11 @@ def _load(path: str, f: Any, build_id: str) -> Binary | tuple[str, str]:
         cfis.append(_Fdes(CallFrameInfo(io.BytesIO(data), len(data), 0, structs), None))
     if not cfis:
         return (NO_CFI, f"{path} has no .eh_frame or .debug_frame")
-    return Binary(path, got, segs, cfis)
+    machine = str(elf["e_machine"])
+    return Binary(path, got, ELF_ARCHES.get(machine, machine), segs, cfis)
+
+
+ELF_ARCHES = {"EM_X86_64": X86_64, "EM_AARCH64": ARM64}
 
 
 def _build_id(elf: Any) -> str:
@@ -837,6 +884,9 @@ class Unwinder:
         self.debug_dirs = tuple(debug_dirs)
         self.little = little
         self.binaries: dict[tuple[str, str], Binary | tuple[str, str]] = {}
+        # per maps object: lookup address -> its Row or why there is none
+        self._by_maps: weakref.WeakKeyDictionary[Any, dict[int, Row | tuple[str, str]]]
+        self._by_maps = weakref.WeakKeyDictionary()
 
     def binary(self, filename: str, build_id: str) -> Binary | tuple[str, str]:
         """The CFI of a mapped file (cached), or (reason, detail)."""
@@ -881,7 +931,11 @@ class Unwinder:
     ) -> Unwound:
         """Unwind one sample: regs by perf register number, stack the bytes copied from
         sp (default regs[SP]) up, maps the address -> mapped file lookup of the process
-        at the sample's time. Never raises for bad data: it stops with a reason."""
+        at the sample's time. Never raises for bad data: it stops with a reason.
+
+        The rule found for each address is kept per maps object (a MapList, or any
+        callable that can be weakly referenced): give the same one for every sample of
+        a process while its maps do not change."""
         rs = REGSETS.get(ARCH_NAMES.get(arch, arch))
         if rs is None:
             raise UnwindError(f"no DWARF unwinding for architecture {arch!r}")
@@ -897,11 +951,8 @@ class Unwinder:
         base = sp if sp is not None else regs.get(rs.perf_sp)
         if base is None:
             return Unwound((pc,), NO_REGS, "no stack pointer among the registers")
-        dregs: list[int | None] = [None] * rs.nregs
-        for p, d in rs.dwarf_of_perf:
-            v = regs.get(p)
-            if v is not None and d < rs.nregs:
-                dregs[d] = v & _MASK
+        get = regs.get
+        dregs = [get(p) for p in rs.perf_of_dwarf]
         frame = _Frame(dregs, stack, base, self.little)
         ips = [pc]
         try:
@@ -910,62 +961,73 @@ class Unwinder:
             return Unwound(tuple(ips), s.reason, s.detail)
         return Unwound(tuple(ips), None)
 
+    def _rows_for(self, maps: MapLookup) -> dict[int, Row | tuple[str, str]]:
+        try:
+            got = self._by_maps.get(maps)
+            if got is None:
+                got = self._by_maps[maps] = {}
+            return got
+        except TypeError:  # not weakly referable: no cache across samples
+            return {}
+
+    def _resolve(self, rs: RegSet, maps: MapLookup, addr: int) -> Row | tuple[str, str]:
+        m = maps(addr)
+        if m is None or not m.start <= addr < m.end:
+            return (NO_MAP, f"{addr:#x}")
+        b = self.binary(m.filename, m.build_id)
+        if not isinstance(b, Binary):
+            return b
+        if b.arch != rs.name:
+            return (UNSUPPORTED, f"{os.path.basename(b.path)} is for {b.arch}, not {rs.name}")
+        return b.row(addr - m.start + m.pgoff)
+
     def _walk(self, rs: RegSet, fr: _Frame, pc: int, ips: list[int], maps: MapLookup) -> None:
         exact = True  # pc is exact (the leaf, or a frame a signal interrupted)
         cfa_prev = -1
         limit = self.max_frames
         regs = fr.regs
+        rows = self._rows_for(maps)
+        stack = fr.stack
+        base = fr.base
+        last = len(stack) - 8  # the last offset a u64 can be read at
+        unpack = fr.u64
+        ip_col = rs.ip
+        sp_col = rs.sp
+        mask = rs.addr_mask
         while True:
             look = pc if exact else pc - 1
-            m = maps(look)
-            if m is None or not m.start <= look < m.end:
-                raise _Stop(NO_MAP, f"{look:#x}")
-            b = self.binary(m.filename, m.build_id)
-            if not isinstance(b, Binary):
-                raise _Stop(b[0], b[1])
-            row = b.row(look - m.start + m.pgoff)
-            if not isinstance(row, Row):
-                raise _Stop(row[0], row[1])
-            if rs.ip >= 0:
-                regs[rs.ip] = pc
+            row = rows.get(look)
+            if row is None:
+                row = rows[look] = self._resolve(rs, maps, look)
+            if row.__class__ is not Row:
+                raise _Stop(*row)  # type: ignore[misc]
+            assert isinstance(row, Row)
+            if ip_col >= 0:
+                regs[ip_col] = pc
             if row.cfa_reg >= 0:
-                cfa = (fr.reg(row.cfa_reg) + row.cfa_off) & _MASK
+                v = regs[row.cfa_reg]
+                if v is None:
+                    raise _Stop(NO_REGISTER, f"DWARF register {row.cfa_reg} for the CFA")
+                cfa = (v + row.cfa_off) & _MASK
             else:
                 cfa = fr.expr(row.cfa_expr, [])
-            new = list(regs)
-            ra_rule = False
-            for r, kind, arg in row.regs:
-                if r >= rs.nregs:
-                    continue  # vector or other registers perf does not sample
-                if r == row.ra:
-                    ra_rule = True
-                if kind == R_OFFSET:
-                    new[r] = fr.read((cfa + arg) & _MASK)
-                elif kind == R_VAL_OFFSET:
-                    new[r] = (cfa + arg) & _MASK
-                elif kind == R_REGISTER:
-                    new[r] = regs[arg] if 0 <= arg < rs.nregs else None
-                elif kind == R_SAME:
-                    pass
-                elif kind == R_UNDEFINED:
-                    new[r] = None
-                    if r == row.ra:
-                        return  # the outermost frame (_start, thread entry points)
-                elif kind == R_EXPRESSION:
-                    new[r] = fr.read(fr.expr(arg, [cfa]))
+            new = regs.copy()
+            for r, off in row.saved:
+                o = cfa + off - base
+                if 0 <= o <= last:
+                    new[r] = unpack(stack, o)[0]
                 else:
-                    new[r] = fr.expr(arg, [cfa])
-            if not 0 <= row.ra < rs.nregs:
-                raise _Stop(UNSUPPORTED, f"return address column {row.ra}")
+                    new[r] = fr.read((cfa + off) & _MASK)  # says why it cannot
+            if row.other:
+                self._other(fr, row, regs, new, cfa)
+            if row.ra_undefined:
+                return  # the outermost frame
             ra = new[row.ra]
             if ra is None:
-                if ra_rule:
-                    raise _Stop(NO_REGISTER, f"return address column {row.ra}")
-                return
-            # the caller's stack pointer is the CFA unless a rule says otherwise
-            if not any(r == rs.sp for r, _k, _a in row.regs):
-                new[rs.sp] = cfa
-            ra &= rs.addr_mask
+                raise _Stop(NO_REGISTER, f"return address column {row.ra}")
+            if not row.sp_rule:
+                new[sp_col] = cfa  # the caller's stack pointer is the CFA
+            ra &= mask
             if ra == 0:
                 return  # a zero return address ends the chain, as in libunwind
             if cfa == cfa_prev and ra == pc:
@@ -979,6 +1041,22 @@ class Unwinder:
             regs[:] = new
             pc = ra
             ips.append(ra if exact else ra - 1)
+
+    @staticmethod
+    def _other(fr: _Frame, row: Row, regs: list[int | None], new: list, cfa: int) -> None:
+        for r, kind, arg in row.other:
+            if kind == R_VAL_OFFSET:
+                new[r] = (cfa + arg) & _MASK
+            elif kind == R_REGISTER:
+                new[r] = regs[arg]
+            elif kind == R_UNDEFINED:
+                new[r] = None
+            elif kind == R_EXPRESSION:
+                new[r] = fr.read(fr.expr(arg, [cfa]))
+            elif kind == R_VAL_EXPRESSION:
+                new[r] = fr.expr(arg, [cfa])
+            else:
+                raise _Stop(UNSUPPORTED, f"register rule {kind}")
 
 
 # ---- maps ----------------------------------------------------------------------------
