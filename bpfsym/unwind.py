@@ -297,46 +297,46 @@ class UserSampleLayout:
         end = start + size
         pos = start + 8 + self.prefix
         u64 = self.u64.unpack_from
-
-        def word(at: int) -> int:
-            if at + 8 > end:
-                raise UnwindError(f"sample of {size} bytes ends inside its fields")
-            return int(u64(buf, at)[0])
-
-        if st & _S_READ:
-            if self.read_format & _F_GROUP:
-                nr = word(pos)
-                pos += 8 * (1 + self.read_times + self.read_per_value * nr)
-            else:
-                pos += 8 * (self.read_times + self.read_per_value)
-        if st & _S_CALLCHAIN:
-            pos += 8 + 8 * word(pos)
-        if st & _S_RAW:
-            if pos + 4 > end:
-                raise UnwindError(f"sample of {size} bytes ends inside its fields")
-            pos += 4 + int(self.u32.unpack_from(buf, pos)[0])
-        if st & _S_BRANCH_STACK:
-            nr = word(pos)
-            pos += 8 + (8 if self.branch_sample_type & _B_HW_INDEX else 0) + 24 * nr
-            if self.branch_sample_type & _B_COUNTERS:
-                pos += 8 * nr
-        abi = word(pos)
-        pos += 8
-        regs: dict[int, int] = {}
-        if abi != REGS_ABI_NONE:
-            n = self.regs_struct.size
-            if pos + n > end:
-                raise UnwindError(f"sample of {size} bytes ends inside its user registers")
-            regs = dict(zip(self.regnums, self.regs_struct.unpack_from(buf, pos), strict=True))
-            pos += n
-        reserved = word(pos)
-        pos += 8
-        stack = b""
-        if reserved:
-            if pos + reserved + 8 > end:
-                raise UnwindError(f"user stack of {reserved} bytes runs past the sample")
-            dyn = word(pos + reserved)
-            stack = bytes(buf[pos : pos + min(dyn, reserved)])
+        short = "sample of %d bytes ends inside its fields"
+        try:
+            if st & _S_READ:
+                if self.read_format & _F_GROUP:
+                    nr = u64(buf, pos)[0]
+                    pos += 8 * (1 + self.read_times + self.read_per_value * nr)
+                else:
+                    pos += 8 * (self.read_times + self.read_per_value)
+            if st & _S_CALLCHAIN:
+                pos += 8 + 8 * u64(buf, pos)[0]
+            if st & _S_RAW:
+                pos += 4 + self.u32.unpack_from(buf, pos)[0]
+            if st & _S_BRANCH_STACK:
+                nr = u64(buf, pos)[0]
+                pos += 8 + (8 if self.branch_sample_type & _B_HW_INDEX else 0) + 24 * nr
+                if self.branch_sample_type & _B_COUNTERS:
+                    pos += 8 * nr
+            if pos + 8 > end:
+                raise UnwindError(short % size)
+            abi = u64(buf, pos)[0]
+            pos += 8
+            regs: dict[int, int] = {}
+            if abi != REGS_ABI_NONE:
+                n = self.regs_struct.size
+                if pos + n + 8 > end:
+                    raise UnwindError(short % size)
+                regs = dict(zip(self.regnums, self.regs_struct.unpack_from(buf, pos), strict=True))
+                pos += n
+            if pos + 8 > end:
+                raise UnwindError(short % size)
+            reserved = u64(buf, pos)[0]
+            pos += 8
+            stack = b""
+            if reserved:
+                if pos + reserved + 8 > end:
+                    raise UnwindError(f"user stack of {reserved} bytes runs past the sample")
+                dyn = u64(buf, pos + reserved)[0]
+                stack = bytes(buf[pos : pos + min(dyn, reserved)])
+        except struct.error:  # an offset past the buffer: sizes that make no sense
+            raise UnwindError(short % size) from None
         return UserStack(abi, regs, stack, reserved)
 
 
@@ -682,24 +682,46 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
+# where a register's value comes from, for the memo of whole unwindings (Unwinder.unwind):
+# an offset into the stack copy (>= 0), or
+SRC_SAMPLE = -1  # the sample's own register: a walk that uses it is not memoized
+SRC_KNOWN = -2  # fixed by the memo's key (pc, sp) and the stack words it compares
+
+
 class _Frame:
-    """The state of one unwinding step: registers, the stack copy, the reader."""
+    """The state of one unwinding: registers, the stack copy, and what the walk used of
+    them (the stack words and registers its result depends on)."""
 
-    __slots__ = ("regs", "stack", "base", "end", "u64", "little")
+    __slots__ = ("regs", "src", "needed", "pure", "stack", "base", "end", "u64", "little")
 
-    def __init__(self, regs: list[int | None], stack: bytes, base: int, little: bool) -> None:
+    def __init__(
+        self, regs: list[int | None], src: list[int], stack: bytes, base: int, little: bool
+    ) -> None:
         self.regs = regs
+        self.src = src  # per register: SRC_* or the stack offset its value was read from
+        self.needed: set[int] = set()  # offsets of the stack words the result depends on
+        self.pure = True  # the result depends on no sampled register but pc and sp
         self.stack = stack
         self.base = base
         self.end = base + len(stack)
         self.u64 = struct.Struct("<Q" if little else ">Q").unpack_from
         self.little = little
 
+    def use(self, n: int) -> None:
+        """Register n's value decides the result."""
+        s = self.src[n]
+        if s >= 0:
+            self.needed.add(s)
+        elif s == SRC_SAMPLE:
+            self.pure = False
+
     def read(self, addr: int, size: int = 8) -> int:
         off = addr - self.base
         if 0 <= off and off + size <= len(self.stack):
             if size == 8:
+                self.needed.add(off)
                 return int(self.u64(self.stack, off)[0])
+            self.pure = False
             return int.from_bytes(self.stack[off : off + size], "little" if self.little else "big")
         if off >= 0 and addr - self.end < (1 << 20):
             # a frame above the copy: the sample's stack size (--call-graph dwarf,SIZE) ended it
@@ -710,6 +732,7 @@ class _Frame:
         v = self.regs[n] if 0 <= n < len(self.regs) else None
         if v is None:
             raise _Stop(NO_REGISTER, f"DWARF register {n}")
+        self.use(n)
         return v
 
     def expr(self, code: bytes, stack: list[int]) -> int:
@@ -857,6 +880,30 @@ _BINARY: dict[int, Callable[[int, int], int]] = {
 
 # ---- the unwinder ------------------------------------------------------------------
 
+# the memo of whole unwindings: at most this many per maps object, and this many stack
+# layouts per (pc, sp) (a function called from several places at the same depth)
+MEMO_ENTRIES = 200_000
+MEMO_WAYS = 8
+
+
+class _Rows(dict):
+    """Lookup address -> its Row or (reason, detail), for one maps object."""
+
+    def __init__(self, maps: MapLookup) -> None:
+        super().__init__()
+        self.maps = maps
+
+
+class _MapsState:
+    """What an Unwinder keeps per maps object (valid while the maps do not change)."""
+
+    def __init__(self, maps: MapLookup) -> None:
+        self.rows = _Rows(maps)
+        # (pc, sp, stack length, arch) -> [(struct of the words compared, their values,
+        # the result)]: a walk whose result depends only on those is not done again
+        self.memo: dict[tuple, list[tuple[struct.Struct, tuple, Unwound]]] = {}
+        self.entries = 0
+
 
 class Unwinder:
     """Unwinds sampled user stacks; keeps every binary's CFI and decoded rows it used.
@@ -884,8 +931,8 @@ class Unwinder:
         self.debug_dirs = tuple(debug_dirs)
         self.little = little
         self.binaries: dict[tuple[str, str], Binary | tuple[str, str]] = {}
-        # per maps object: lookup address -> its Row or why there is none
-        self._by_maps: weakref.WeakKeyDictionary[Any, dict[int, Row | tuple[str, str]]]
+        # per maps object: the rule of each address, and the memo of unwindings
+        self._by_maps: weakref.WeakKeyDictionary[Any, _MapsState]
         self._by_maps = weakref.WeakKeyDictionary()
 
     def binary(self, filename: str, build_id: str) -> Binary | tuple[str, str]:
@@ -951,24 +998,47 @@ class Unwinder:
         base = sp if sp is not None else regs.get(rs.perf_sp)
         if base is None:
             return Unwound((pc,), NO_REGS, "no stack pointer among the registers")
+        state = self._state_for(maps)
+        key = (pc, base, len(stack), rs.name)
+        seen = state.memo.get(key)
+        if seen is not None:
+            for words, values, result in seen:
+                if words.unpack_from(stack, 0) == values:
+                    return result
         get = regs.get
         dregs = [get(p) for p in rs.perf_of_dwarf]
-        frame = _Frame(dregs, stack, base, self.little)
+        src = [SRC_SAMPLE] * rs.nregs
+        src[rs.sp] = SRC_KNOWN  # sp and pc are the memo's key
+        if rs.ip >= 0:
+            src[rs.ip] = SRC_KNOWN
+        fr = _Frame(dregs, src, stack, base, self.little)
         ips = [pc]
         try:
-            self._walk(rs, frame, pc, ips, maps)
+            self._walk(rs, fr, pc, ips, state.rows)
+            result = Unwound(tuple(ips), None)
         except _Stop as s:
-            return Unwound(tuple(ips), s.reason, s.detail)
-        return Unwound(tuple(ips), None)
+            result = Unwound(tuple(ips), s.reason, s.detail)
+        if fr.pure and state.entries < MEMO_ENTRIES and (seen is None or len(seen) < MEMO_WAYS):
+            # the same pc and sp with these stack words unwind the same way
+            offs = sorted(fr.needed)
+            fmt = ["<" if self.little else ">"]
+            at = 0
+            for o in offs:
+                fmt.append(f"{o - at}xQ" if o > at else "Q")
+                at = o + 8
+            words = struct.Struct("".join(fmt))
+            state.memo.setdefault(key, []).append((words, words.unpack_from(stack, 0), result))
+            state.entries += 1
+        return result
 
-    def _rows_for(self, maps: MapLookup) -> dict[int, Row | tuple[str, str]]:
+    def _state_for(self, maps: MapLookup) -> _MapsState:
         try:
             got = self._by_maps.get(maps)
             if got is None:
-                got = self._by_maps[maps] = {}
+                got = self._by_maps[maps] = _MapsState(maps)
             return got
-        except TypeError:  # not weakly referable: no cache across samples
-            return {}
+        except TypeError:  # not weakly referable: nothing kept across samples
+            return _MapsState(maps)
 
     def _resolve(self, rs: RegSet, maps: MapLookup, addr: int) -> Row | tuple[str, str]:
         m = maps(addr)
@@ -981,12 +1051,13 @@ class Unwinder:
             return (UNSUPPORTED, f"{os.path.basename(b.path)} is for {b.arch}, not {rs.name}")
         return b.row(addr - m.start + m.pgoff)
 
-    def _walk(self, rs: RegSet, fr: _Frame, pc: int, ips: list[int], maps: MapLookup) -> None:
+    def _walk(self, rs: RegSet, fr: _Frame, pc: int, ips: list[int], rows: _Rows) -> None:
         exact = True  # pc is exact (the leaf, or a frame a signal interrupted)
         cfa_prev = -1
         limit = self.max_frames
         regs = fr.regs
-        rows = self._rows_for(maps)
+        src = fr.src
+        needed = fr.needed
         stack = fr.stack
         base = fr.base
         last = len(stack) - 8  # the last offset a u64 can be read at
@@ -998,35 +1069,47 @@ class Unwinder:
             look = pc if exact else pc - 1
             row = rows.get(look)
             if row is None:
-                row = rows[look] = self._resolve(rs, maps, look)
+                row = rows[look] = self._resolve(rs, rows.maps, look)
             if row.__class__ is not Row:
                 raise _Stop(*row)  # type: ignore[misc]
             assert isinstance(row, Row)
             if ip_col >= 0:
                 regs[ip_col] = pc
-            if row.cfa_reg >= 0:
-                v = regs[row.cfa_reg]
+            cr = row.cfa_reg
+            if cr >= 0:
+                v = regs[cr]
                 if v is None:
-                    raise _Stop(NO_REGISTER, f"DWARF register {row.cfa_reg} for the CFA")
+                    raise _Stop(NO_REGISTER, f"DWARF register {cr} for the CFA")
+                if src[cr] != SRC_KNOWN:
+                    fr.use(cr)
                 cfa = (v + row.cfa_off) & _MASK
             else:
                 cfa = fr.expr(row.cfa_expr, [])
             new = regs.copy()
+            nsrc = src.copy()
             for r, off in row.saved:
                 o = cfa + off - base
                 if 0 <= o <= last:
                     new[r] = unpack(stack, o)[0]
+                    nsrc[r] = o
                 else:
-                    new[r] = fr.read((cfa + off) & _MASK)  # says why it cannot
+                    fr.read((cfa + off) & _MASK)  # raises: says why it cannot
             if row.other:
-                self._other(fr, row, regs, new, cfa)
+                self._other(fr, row, regs, new, nsrc, cfa)
             if row.ra_undefined:
                 return  # the outermost frame
-            ra = new[row.ra]
+            ra_col = row.ra
+            ra = new[ra_col]
             if ra is None:
-                raise _Stop(NO_REGISTER, f"return address column {row.ra}")
+                raise _Stop(NO_REGISTER, f"return address column {ra_col}")
+            s = nsrc[ra_col]
+            if s >= 0:
+                needed.add(s)
+            elif s == SRC_SAMPLE:
+                fr.pure = False
             if not row.sp_rule:
                 new[sp_col] = cfa  # the caller's stack pointer is the CFA
+                nsrc[sp_col] = SRC_KNOWN
             ra &= mask
             if ra == 0:
                 return  # a zero return address ends the chain, as in libunwind
@@ -1039,24 +1122,30 @@ class Unwinder:
             # return address (libdw's "activation" frames, dwfl_frame_pc)
             exact = row.signal
             regs[:] = new
+            src[:] = nsrc
             pc = ra
             ips.append(ra if exact else ra - 1)
 
     @staticmethod
-    def _other(fr: _Frame, row: Row, regs: list[int | None], new: list, cfa: int) -> None:
+    def _other(
+        fr: _Frame, row: Row, regs: list[int | None], new: list, nsrc: list[int], cfa: int
+    ) -> None:
         for r, kind, arg in row.other:
+            if kind == R_REGISTER:
+                new[r] = regs[arg]
+                nsrc[r] = fr.src[arg]
+                continue
             if kind == R_VAL_OFFSET:
                 new[r] = (cfa + arg) & _MASK
-            elif kind == R_REGISTER:
-                new[r] = regs[arg]
             elif kind == R_UNDEFINED:
                 new[r] = None
             elif kind == R_EXPRESSION:
-                new[r] = fr.read(fr.expr(arg, [cfa]))
+                new[r] = fr.read(fr.expr(arg, [cfa]))  # the word read is in fr.needed
             elif kind == R_VAL_EXPRESSION:
                 new[r] = fr.expr(arg, [cfa])
             else:
                 raise _Stop(UNSUPPORTED, f"register rule {kind}")
+            nsrc[r] = SRC_KNOWN
 
 
 # ---- maps ----------------------------------------------------------------------------
@@ -1150,6 +1239,7 @@ def unwind_samples(path: str, unwinder: Unwinder | None = None, arch: str = "") 
         maps: dict[int, list[FileMap]] = {}
         lists: dict[int, MapList] = {}
         layouts: dict[int, UserSampleLayout] = {}
+        at: dict[int, tuple[int, ...]] = {}  # per event: where pid, tid, time, period, ip are
         e = "<" if pd.little else ">"
         head = struct.Struct(e + "IIQQQ")  # pid, tid, addr, len, pgoff
         for rtype, misc, buf, start, size, _off in pd.records():
@@ -1177,30 +1267,35 @@ def unwind_samples(path: str, unwinder: Unwinder | None = None, arch: str = "") 
                     maps[pid] = list(maps[ppid])
             elif rtype == K.RECORD_SAMPLE:
                 ev = pd.attr_of_sample(buf, start, size)
-                v = dict(zip(ev.fields, ev.prefix.unpack_from(buf, start + 8), strict=False))
-                pid = int(v.get("pid", -1))
+                lay = layouts.get(ev.index)
+                if lay is None:
+                    lay = layouts[ev.index] = UserSampleLayout.of(ev, pd.little)
+                    at[ev.index] = tuple(
+                        ev.fields.index(f) if f in ev.fields else -1
+                        for f in ("pid", "tid", "time", "period", "ip")
+                    )
+                pid_i, tid_i, t_i, per_i, ip_i = at[ev.index]
+                v = ev.prefix.unpack_from(buf, start + 8)
+                pid = v[pid_i] if pid_i >= 0 else -1
                 ml = lists.get(pid)
                 if ml is None:
                     ml = lists[pid] = MapList(maps.get(pid, []))
                 chain: tuple[int, ...] = ()
                 if ev.sample_type & K.SAMPLE_CALLCHAIN:
-                    chain = tuple(
-                        x for x in pd.callchain(ev, buf, start, size) if x < F.CONTEXT_MAX
-                    )
-                lay = layouts.get(ev.index)
-                if lay is None:
-                    lay = layouts[ev.index] = UserSampleLayout.of(ev, pd.little)
+                    c = pd.callchain(ev, buf, start, size)
+                    if c:
+                        chain = tuple([x for x in c if x < F.CONTEXT_MAX])
                 us = lay.extract(buf, start, size)
                 got = None
                 if us is not None:
                     got = unwinder.unwind(arch, us.regs, us.stack, ml, abi=us.abi)
                 yield UnwoundSample(
                     pid,
-                    int(v.get("tid", -1)),
-                    int(v.get("time", 0)),
-                    int(v.get("period", 1)),
+                    v[tid_i] if tid_i >= 0 else -1,
+                    v[t_i] if t_i >= 0 else 0,
+                    v[per_i] if per_i >= 0 else 1,
                     misc & 7,
-                    int(v.get("ip", 0)),
+                    v[ip_i] if ip_i >= 0 else 0,
                     chain,
                     got,
                     ml,

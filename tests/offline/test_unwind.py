@@ -409,6 +409,23 @@ def test_frame_limit(tmp_path):
     assert U.Unwinder().max_frames == 127  # perf's default (kernel.perf_event_max_stack)
 
 
+def cold(uw: U.Unwinder, regs: dict, stack: bytes, maps: U.MapLookup) -> U.Unwound:
+    """An unwinding that cannot use what uw kept from earlier samples (a new maps object
+    each time: no rows, no memo)."""
+    return uw.unwind("x86_64", regs, stack, lambda a: maps(a))
+
+
+def test_memo_gives_what_a_walk_gives(tmp_path):
+    """Samples unwound twice with one Unwinder (the second time from its memo of
+    walks) and once without anything kept: the same chains and reasons."""
+    refs = reference(tmp_path / "r", "signal")
+    uw = unwinder_for(tmp_path / "u", "signal")
+    first = [uw.unwind("x86_64", regs, stack, s.maps) for s, stack, regs in refs]
+    assert sum(len(v) for v in uw._state_for(refs[0][0].maps).memo.values()) > 10
+    again = [uw.unwind("x86_64", regs, stack, s.maps) for s, stack, regs in refs]
+    assert first == again == [cold(uw, regs, stack, s.maps) for s, stack, regs in refs]
+
+
 # ---- sample fields ----------------------------------------------------------------------
 
 
