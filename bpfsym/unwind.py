@@ -898,7 +898,8 @@ class _MapsState:
     """What an Unwinder keeps per maps object (valid while the maps do not change)."""
 
     def __init__(self, maps: MapLookup) -> None:
-        self.rows = _Rows(maps)
+        self.maps = maps
+        self.rows: dict[str, _Rows] = {}  # by register set
         # (pc, sp, stack length, arch) -> [(struct of the words compared, their values,
         # the result)]: a walk whose result depends only on those is not done again
         self.memo: dict[tuple, list[tuple[struct.Struct, tuple, Unwound]]] = {}
@@ -1014,7 +1015,10 @@ class Unwinder:
         fr = _Frame(dregs, src, stack, base, self.little)
         ips = [pc]
         try:
-            self._walk(rs, fr, pc, ips, state.rows)
+            rows = state.rows.get(rs.name)
+            if rows is None:
+                rows = state.rows[rs.name] = _Rows(maps)
+            self._walk(rs, fr, pc, ips, rows)
             result = Unwound(tuple(ips), None)
         except _Stop as s:
             result = Unwound(tuple(ips), s.reason, s.detail)

@@ -296,6 +296,38 @@ def test_debug_frame_only_binary(tmp_path):
     assert n > 50
 
 
+def test_arm64_chains_equal_the_emulators(tmp_path):
+    """arm64: `chain` (fixtures/dwarf/arm64) run in an emulator; at each snapshot the
+    unwound chain equals the calls in progress, which the emulator saw executed (every
+    BL and RET). The leaf's return address is in x30 (frameless hot_leaf), the
+    callers' on the stack."""
+    import json
+
+    d = json.loads((FIX / "arm64" / "samples.json").read_text())
+    path = tmp_path / "chain"
+    shutil.copyfile(FIX / "arm64" / d["binary"], path)
+    maps = []
+    with open(path, "rb") as f:
+        for seg in ELFFile(f).iter_segments():
+            if seg["p_type"] == "PT_LOAD":  # as the kernel maps them: whole pages
+                lo = seg["p_vaddr"] & ~0xFFF
+                hi = (seg["p_vaddr"] + seg["p_memsz"] + 0xFFF) & ~0xFFF
+                maps.append(U.FileMap(lo, hi, seg["p_offset"] & ~0xFFF, str(path)))
+    ml = U.MapList(maps)
+    uw = U.Unwinder(debug_dirs=())
+    depths = set()
+    for smp in d["samples"]:
+        regs = dict(enumerate(smp["regs"]))
+        got = uw.unwind("aarch64", regs, bytes.fromhex(smp["stack"]), ml)
+        pc = smp["regs"][U.PERF_REG_ARM64_PC]
+        assert got == U.Unwound((pc, *[ra - 1 for ra in reversed(smp["calls"])]))
+        depths.add(len(got.ips))
+    assert len(d["samples"]) > 100 and max(depths) >= 7
+    # the x86-64 register set does not unwind an arm64 binary
+    got = uw.unwind("x86_64", {7: 0, 8: pc}, b"\0" * 64, ml)
+    assert got.reason == U.UNSUPPORTED and "arm64" in got.detail
+
+
 # ---- how unwinding stops ----------------------------------------------------------------
 
 
