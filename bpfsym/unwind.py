@@ -19,8 +19,23 @@ address falls in the call instruction (a noreturn call may be the last instructi
 function), except for the frame a signal interrupted (the one above a signal trampoline,
 whose CIE has augmentation "S"): its pc is exact. The trampoline's own frame is reported
 at its "return address" minus one too, which perf 6.1 shows as [unknown] (glibc's
-__restore_rt FDE starts one byte before the symbol for this lookup). The frame limit is perf's: 127 entries, the leaf included
-(kernel.perf_event_max_stack's default, which perf report uses as its max_stack).
+__restore_rt FDE starts one byte before the symbol for this lookup). The frame limit is
+perf's: 127 entries, the leaf included (kernel.perf_event_max_stack's default, which
+perf report uses as its max_stack).
+
+Where perf 6.1 (x86-64, libunwind) and this module differ, perf is wrong:
+- perf cannot read the last word of the stack copy (access_mem's `addr + 8 >= end`), so
+  where a return address sits there its chain is one frame shorter;
+- where a stack read fails (a truncated copy) perf appends one bogus entry, 0 - 1,
+  shown as [unknown]; here the chain stops with the reason TRUNCATED;
+- perf's libunwind reads no .debug_frame on x86-64: code with CFI only there stops at
+  its leaf; here .debug_frame is read after .eh_frame.
+
+Speed: each binary's FDEs are found through .eh_frame_hdr and decoded when first used;
+the rule of each address is kept per maps object, and so is a memo of whole walks keyed
+by (pc, sp) and checked against only the stack words the result depended on (saved
+registers that decide nothing are not compared), so a sample whose stack repeats an
+earlier one's call path costs one struct.unpack.
 
 The sampled fields are read from a raw PERF_RECORD_SAMPLE with ``UserSampleLayout``; the
 record layout is include/uapi/linux/perf_event.h's (PERF_RECORD_SAMPLE).
@@ -131,9 +146,6 @@ REGSETS = {
         addr_mask=(1 << 48) - 1,
     ),
 }
-
-# the DWARF stack pointer by register set size (rules compile without knowing the arch)
-REG_SP_OF_NREGS = {rs.nregs: rs.sp for rs in REGSETS.values()}
 
 # perf report's max_stack default: kernel.perf_event_max_stack (PERF_MAX_STACK_DEPTH, 127);
 # unwind-libunwind-local.c counts the leaf among them
@@ -469,13 +481,14 @@ class Binary:
                 fde = fdes.find(va)
                 if fde is None:
                     continue
-                return _compile_row(fde, va, rs.nregs)
+                return _compile_row(fde, va, rs)
             except Exception as e:  # noqa: BLE001 - pyelftools on damaged CFI raises anything
                 return (BAD_CFI, f"{name} at {va:#x}: {type(e).__name__}: {str(e)[:80]}")
         return (NO_CFI, f"{va:#x} in {name}")
 
 
-def _compile_row(fde: Any, va: int, nregs: int) -> Row:
+def _compile_row(fde: Any, va: int, rs: RegSet) -> Row:
+    nregs = rs.nregs
     table = fde.get_decoded().table
     if not table:
         raise ValueError("FDE without rows")
@@ -504,7 +517,7 @@ def _compile_row(fde: Any, va: int, nregs: int) -> Row:
         kind = _RULE_KINDS.get(rule.type)
         if kind is None:
             raise ValueError(f"register rule {rule.type}")
-        sp_rule |= kind != R_SAME and k == REG_SP_OF_NREGS.get(nregs, -1)
+        sp_rule |= kind != R_SAME and k == rs.sp
         if kind == R_OFFSET:
             saved.append((k, int(rule.arg)))
         elif kind == R_SAME:
