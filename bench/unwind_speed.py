@@ -72,7 +72,7 @@ def count_samples(path: str) -> int:
 
 def consume(path: str) -> None:
     """Unwind every sample (the timed run of bpfsym), then say how it went."""
-    from bpfsym.unwind import unwind_samples
+    from bpfsym.symbolize.unwind import unwind_samples
 
     n = stopped = frames = 0
     for s in unwind_samples(path):

@@ -125,14 +125,18 @@ class ElfSymbols:
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
 
 
-def build_id_cache_file(build_id: str) -> str | None:
-    """The copy of the ELF file with build_id in perf's build-id cache ($PERF_BUILDID_DIR,
-    else ~/.debug): .build-id/xx/rest links to the directory holding `elf` or `vdso`."""
+def build_id_cache_file(
+    build_id: str, root: str | None = None, names: tuple[str, ...] = ("elf", "vdso")
+) -> str | None:
+    """The copy of the ELF file with build_id in perf's build-id cache (root, else
+    $PERF_BUILDID_DIR, else ~/.debug): .build-id/xx/rest links to the directory holding
+    `elf` or `vdso` (and `debug`, perf's copy of a debug file)."""
     if len(build_id) < 3:
         return None
-    root = os.environ.get("PERF_BUILDID_DIR") or os.path.join(os.path.expanduser("~"), ".debug")
+    if root is None:
+        root = os.environ.get("PERF_BUILDID_DIR") or os.path.join(os.path.expanduser("~"), ".debug")
     d = os.path.join(root, ".build-id", build_id[:2], build_id[2:])
-    for name in ("elf", "vdso"):
+    for name in names:
         f = os.path.join(d, name)
         if os.path.isfile(f):
             return f

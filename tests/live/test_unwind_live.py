@@ -16,7 +16,7 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 from test_unwind import perf_children, perf_script_chains
 
-from bpfsym import unwind as U
+from bpfsym.symbolize import unwind as U
 
 SRC = Path(__file__).resolve().parents[1] / "fixtures" / "dwarf"
 

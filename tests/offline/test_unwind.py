@@ -21,8 +21,11 @@ from elftools.elf.elffile import ELFFile
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpfsym import unwind as U
-from bpfsym.perfdata import PerfData
+from bpfsym.read import user_stack as R
+from bpfsym.read.perfdata import PerfData
+from bpfsym.symbolize import cfi as C
+from bpfsym.symbolize import unwind as U
+from bpfsym.symbolize import unwind_stops as S
 
 HERE = Path(__file__).resolve().parent
 FIX = HERE.parent / "fixtures" / "dwarf"
@@ -108,7 +111,7 @@ def root_layout(tmp: Path, name: str, skip: tuple[str, ...] = ()) -> Path:
 
 def build_id_of(path: Path) -> str:
     with open(path, "rb") as f:
-        return U._build_id(ELFFile(f))
+        return C._build_id(ELFFile(f))
 
 
 def buildid_layout(tmp: Path) -> Path:
@@ -319,7 +322,7 @@ def test_arm64_chains_equal_the_emulators(tmp_path):
     for smp in d["samples"]:
         regs = dict(enumerate(smp["regs"]))
         got = uw.unwind("aarch64", regs, bytes.fromhex(smp["stack"]), ml)
-        pc = smp["regs"][U.PERF_REG_ARM64_PC]
+        pc = smp["regs"][C.PERF_REG_ARM64_PC]
         assert got == U.Unwound((pc, *[ra - 1 for ra in reversed(smp["calls"])]))
         depths.add(len(got.ips))
     assert len(d["samples"]) > 100 and max(depths) >= 7
@@ -359,7 +362,7 @@ def test_truncated_stacks_say_so(tmp_path):
             if cut == 0:
                 assert got.reason == U.NO_STACK and got.ips == full[:1]
             elif got.reason is not None:
-                assert got.reason == U.TRUNCATED, got
+                assert got.reason == S.TRUNCATED, got
                 truncated += 1
     assert truncated > 100
 
@@ -418,15 +421,15 @@ def test_binary_without_cfi(tmp_path):
     uw = U.Unwinder(root=str(root), buildid_dir=str(tmp_path / "none"), debug_dirs=())
     for s in samples("signal", uw):
         if not s.kernel:
-            assert s.user.reason == U.NO_CFI and s.user.ips == (s.ip,)
+            assert s.user.reason == S.NO_CFI and s.user.ips == (s.ip,)
             assert "no .eh_frame or .debug_frame" in s.user.detail
     s, stack, regs = reference(tmp_path / "r")[0]
     m = s.maps(s.ip)
     uw = unwinder_for(tmp_path / "r2", "cpu")
     header = m.start - m.pgoff + 0x10  # inside dwarfdemo's ELF header: no FDE
-    got = uw.unwind("x86_64", {**regs, U.PERF_REG_X86_IP: header}, stack, s.maps)
-    assert got.reason == U.NO_CFI and got.ips == (header,)
-    got = uw.unwind("x86_64", {**regs, U.PERF_REG_X86_IP: 0x10}, stack, s.maps)
+    got = uw.unwind("x86_64", {**regs, C.PERF_REG_X86_IP: header}, stack, s.maps)
+    assert got.reason == S.NO_CFI and got.ips == (header,)
+    got = uw.unwind("x86_64", {**regs, C.PERF_REG_X86_IP: 0x10}, stack, s.maps)
     assert got.reason == U.NO_MAP
 
 
@@ -483,9 +486,9 @@ def test_fields_agree_with_the_declared_layout(name):
 
 
 def test_regs_from_words():
-    assert U.regs_from_words([1, 2, 3], 0b10011) == {0: 1, 1: 2, 4: 3}
-    with pytest.raises(U.UnwindError):
-        U.regs_from_words([1], 0b11)
+    assert R.regs_from_words([1, 2, 3], 0b10011) == {0: 1, 1: 2, 4: 3}
+    with pytest.raises(R.UserStackError):
+        R.regs_from_words([1], 0b11)
     with pytest.raises(U.UnwindError):
         U.Unwinder().unwind("mips", {8: 0}, b"", lambda a: None)
 
@@ -520,7 +523,7 @@ def test_random_registers_and_stacks(real, data):
     else:
         # stack words pointing back into the stack and into the mapped code
         rnd = random.Random(data.draw(st.integers(0, 1 << 30)))
-        sp = regs[U.PERF_REG_X86_SP]
+        sp = regs[C.PERF_REG_X86_SP]
         code = [m.start + rnd.randrange(max(m.end - m.start, 1)) for m in s.maps.maps]
         words = [rnd.choice([sp + 8 * rnd.randrange(64), rnd.choice(code), 0]) for _ in range(64)]
         stack = b"".join(w.to_bytes(8, "little") for w in words)
@@ -544,6 +547,6 @@ def test_random_sample_records(body, st_bits, mask):
     )
     try:
         got = lay.extract(rec, 0, len(rec))
-    except U.UnwindError:
+    except R.UserStackError:
         return
     assert got is not None and len(got.stack) <= got.size
