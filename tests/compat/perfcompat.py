@@ -7,7 +7,8 @@ The reference is perf's own reading, made when asked (nothing is stored):
 
 and, for the call-graph totals, the same with ``--children`` (Children and Self columns, no
 graph lines). bpfsym is run as ``python -P -m bpfsym report -i F --stdio --no-side --sort KEYS``
-(plus ``-g`` for the totals) with the interpreter running this module.
+(plus ``-g`` for the totals, and ``--symfs EMPTY_DIR`` once `bpfsym report --help` lists
+that option) with the interpreter running this module.
 
 Agreement (``compare``):
 
@@ -22,6 +23,18 @@ Agreement (``compare``):
   cells, compared as the bytes both print) within 0.05 percentage points, per percent column
   (Overhead; Children and Self for the totals). Rows printed twice with one key (perf sorts
   DSOs by long name, and prints the short one) are summed on both sides first.
+
+Two things perf prints are read as perf means them, not as printed (docs/perf-compat.md):
+
+- the Command column: perf cuts every comm to a width taken from each thread's latest
+  comm (a perf bug: "perf-exec" shows as "perf-ex"), so bpfsym's comms are cut to the
+  width of perf's column before they are compared;
+- `--children` on a pipe-mode file: perf 6.1 decides about children before it has seen
+  an attr and prints only "Overhead", the self share, which is compared with bpfsym's
+  "Self".
+
+Both tables are parsed by their dots line; the key cells of a row whose numeric columns
+are wider than their headings (bpfsym -g today) are moved by the difference.
 
 A file perf cannot read: perf exits non-zero, or prints no "# Samples:" section (perf 6.1
 exits 0 after "Error: failed to process sample" in pipe mode, or "data has no samples!").
@@ -86,16 +99,29 @@ class Section:
     plural: bool  # "of events"
     event_count: int | None = None
     headings: list[str] = field(default_factory=list)
+    widths: list[int] = field(default_factory=list)  # bytes of each column's dots
     rows: list[Row] = field(default_factory=list)
 
     def key_headings(self) -> list[str]:
         return [h for h in self.headings if h not in PERCENT_HEADINGS | COUNT_HEADINGS]
 
-    def totals(self) -> dict[tuple[str, ...], dict[str, float]]:
-        """Percent per key and column, rows of one key summed."""
+    def key_width(self, heading: str) -> int | None:
+        """The width perf gave a key column (its dots), or None when there is none."""
+        if heading not in self.headings or len(self.widths) != len(self.headings):
+            return None
+        return self.widths[self.headings.index(heading)]
+
+    def totals(
+        self, truncate: dict[int, int] | None = None
+    ) -> dict[tuple[str, ...], dict[str, float]]:
+        """Percent per key and column, rows of one key summed; truncate: key cell index ->
+        bytes to cut that cell to first (perf's comm column, see compare_section)."""
         out: dict[tuple[str, ...], dict[str, float]] = {}
         for r in self.rows:
-            got = out.setdefault(r.key, {})
+            key = r.key
+            if truncate:
+                key = tuple(_cut(c, truncate[i]) if i in truncate else c for i, c in enumerate(key))
+            got = out.setdefault(key, {})
             for h, p in r.percents.items():
                 got[h] = got.get(h, 0.0) + p
         return out
@@ -148,6 +174,10 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
+def _cut(cell: str, width: int) -> str:
+    return _decode(cell.encode("utf-8", "surrogateescape")[:width])
+
+
 def _spans(dots: bytes) -> list[int]:
     """Start offset of each column, from the dots line ("# ......  ....")."""
     return [m.start() for m in re.finditer(rb"\.+", dots)]
@@ -187,10 +217,27 @@ def parse_report(text: bytes) -> list[Section]:
         elif DOTS_LINE.match(line) and prev.startswith(b"# "):
             starts = _spans(line)
             cur.headings = [_decode(c.strip(b"# ")) for c in _cells(prev, starts)]
+            cur.widths = [len(m.group(0)) for m in re.finditer(rb"\.+", line)]
         elif starts and ROW_START.match(line):
-            cur.rows.append(_row(cur.headings, _cells(line, starts)))
+            cur.rows.append(_row(cur.headings, _cells(line, _shifted(line, starts, cur))))
         prev = line
     return sections
+
+
+def _shifted(line: bytes, starts: list[int], sec: Section) -> list[int]:
+    """Column starts for one row: the key columns moved by as much as the row's numeric
+    columns (percentages, counts: whitespace-separated tokens) end later or earlier than
+    their headings. perf's rows line up with its headings; this keeps a table whose numbers
+    are wider than their heading (bpfsym -g's Self column, docs/perf-compat.md) readable."""
+    n = sum(1 for h in sec.headings if h in PERCENT_HEADINGS | COUNT_HEADINGS)
+    if n == 0 or n >= len(starts):
+        return starts
+    m = re.match(rb"(\s*\S+){%d}" % n, line)
+    if m is None:
+        return starts
+    # the numeric columns' heading area ends 2 bytes (the separator) before the first key
+    shift = m.end() - (starts[n] - 2)
+    return starts[:n] + [s + shift for s in starts[n:]]
 
 
 def _row(headings: list[str], cells: list[bytes]) -> Row:
@@ -249,9 +296,25 @@ def perf_argv(path: str, keys: str, children: bool = False) -> list[str]:
     ]
 
 
+@functools.cache
+def bpfsym_options() -> frozenset[str]:
+    """The long options `bpfsym report --help` lists (so that --symfs is passed once it
+    exists: the reference reading looks up no binary of this host, bpfsym should not either)."""
+    p = subprocess.run(
+        [sys.executable, "-P", "-m", "bpfsym", "report", "--help"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    return frozenset(m.decode() for m in re.findall(rb"(--[a-z][a-z-]*)", p.stdout))
+
+
 def bpfsym_argv(path: str, keys: str, children: bool = False) -> list[str]:
     argv = [sys.executable, "-P", "-m", "bpfsym", "report", "-i", path, "--stdio", "--no-side"]
     argv += ["--sort", keys]
+    if "--symfs" in bpfsym_options():
+        argv += ["--symfs", _empty_dir("symfs")]
     if children:
         argv.append("-g")
     return argv
@@ -344,11 +407,27 @@ def compare_section(ps: Section, bs: Section) -> list[str]:
     if pk != bk:
         problems.append(f"{ev}: columns: perf {pk}, bpfsym {bk}")
         return problems
-    mine = bs.totals()
+    # perf sizes the Command column by each thread's latest comm, cached (hist.c
+    # hists__calc_col_len -> thread.c thread__comm_len), and prints every entry's comm cut
+    # to that width ("%-*.*s", sort.c _sort__comm_snprintf): "perf-exec" shows as "perf-ex"
+    # when the thread is "lsattr" by the end. A perf bug; compared as perf shows it.
+    cut = {}
+    w = ps.key_width("Command")
+    if w is not None:
+        cut[pk.index("Command")] = w
+    mine = bs.totals(cut)
+    # perf 6.1 in pipe mode decides about children before any attr has arrived
+    # (builtin-report.c report__setup_sample_type: no CALLCHAIN in the empty evlist turns
+    # cumulate_callchain off): its Overhead is the self share, bpfsym's Self
+    alias = {}
+    if "Overhead" in ps.headings and "Overhead" not in bs.headings and "Self" in bs.headings:
+        alias["Overhead"] = "Self"
     for key, cols in sorted(ps.totals().items(), key=lambda kv: -max(kv[1].values())):
         if max(cols.values()) < MIN_PERCENT:
             continue
         got = mine.get(key)
+        if got is not None and alias:
+            got = {h: got[alias[h]] for h in alias if alias[h] in got}
         if got is None:
             want = ", ".join(f"{h} {p:.2f}%" for h, p in cols.items())
             problems.append(f"{ev}: perf row {' | '.join(key)} ({want}): no bpfsym row")
@@ -359,8 +438,7 @@ def compare_section(ps: Section, bs: Section) -> list[str]:
                 problems.append(f"{ev}: {' | '.join(key)}: bpfsym has no {h} column")
             elif abs(p - q) > TOLERANCE + 1e-9:
                 problems.append(
-                    f"{ev}: {' | '.join(key)}: {h} perf {p:.2f}%, bpfsym {q:.2f}%"
-                    f" ({q - p:+.2f})"
+                    f"{ev}: {' | '.join(key)}: {h} perf {p:.2f}%, bpfsym {q:.2f}% ({q - p:+.2f})"
                 )
     return problems
 
@@ -421,4 +499,3 @@ def describe(c: Comparison) -> str:
         c.verdict.explain(),
     ]
     return "\n".join(lines)
-

@@ -46,3 +46,20 @@ def test_report_agrees_with_perf(path: str, keys: str) -> None:
 def test_children_totals_agree_with_perf(path: str) -> None:
     c = P.check(path, P.CHILDREN_KEYS, children=True)
     assert c.verdict.ok, P.describe(c)
+
+
+@pytest.mark.parametrize("path", FILES, ids=_id)
+def test_perf_tables_parse(path: str) -> None:
+    # the parser against perf's own numbers: per event, the -n column adds up to the
+    # "# Samples:" count and the Overhead column to 100 % (each row rounded to 0.01)
+    perf = P.perf_report(path, "comm,dso,sym")
+    if not perf.readable:
+        assert perf.returncode != 0 or not perf.sections
+        return
+    for s in perf.sections:
+        assert s.key_headings() == ["Command", "Shared Object", "Symbol"]
+        assert P.convert_unit(sum(r.samples or 0 for r in s.rows)) == s.samples
+        total = sum(r.percents["Overhead"] for r in s.rows)
+        if s.event_count:
+            assert abs(total - 100.0) <= 0.005 * len(s.rows) + 1e-6
+        assert all(r.key[2][:4] in ("[k] ", "[.] ", "[H] ", "[g] ", "[u] ") for r in s.rows)
