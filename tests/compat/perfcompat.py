@@ -17,12 +17,13 @@ Agreement (``compare``):
   without HEADER_GROUP_DESC one group (builtin-report.c setup_forced_leader): the plural is
   not part of the name and is not compared);
 - the same sample count per event as perf prints it: convert_unit() of
-  tools/perf/util/util.c, 5617 -> "5K" (so a bpfsym count is compared after the same
+  tools/perf/util/units.c, 5617 -> "5K" (so a bpfsym count is compared after the same
   conversion);
 - every perf row of at least 0.5 % matched by a bpfsym row of the same key (the sort-key
   cells, compared as the bytes both print) within 0.05 percentage points, per percent column
-  (Overhead; Children and Self for the totals). Rows printed twice with one key (perf sorts
-  DSOs by long name, and prints the short one) are summed on both sides first.
+  (Overhead; Children and Self for the totals). Rows printed alike (perf's sort keys can
+  tell apart what prints the same, e.g. two static functions of one name) are summed on
+  both sides first.
 
 Two things perf prints are read as perf means them, not as printed (docs/perf-compat.md):
 
@@ -44,9 +45,9 @@ traceback, status 1, a signal, a time-out) never agrees.
 
 perf runs with HOME and its build-id cache pointed at an empty directory and no system
 perfconfig, so what a user of this machine keeps in ~/.debug or ~/.perfconfig cannot change
-the reference; ``--symfs`` an empty directory keeps the host's binaries out. The host's
-/proc/kallsyms is left as it is (perf uses it only when the running kernel's build id equals
-the recorded one, which no corpus file has: docs/perf-compat.md).
+the reference; ``--symfs`` an empty directory keeps the host's binaries out, and with a
+symfs perf never reads this host's /proc/kallsyms (symbol.c dso__load_kernel_sym; without
+one it would name foreign kernel samples from it: docs/perf-compat.md).
 
 The tables are parsed as bytes: perf pads and truncates columns by bytes ("%-*.*s"), and
 names in perf.data are bytes. Column boundaries come from the dots line under the headings.
@@ -73,14 +74,16 @@ COUNT_HEADINGS = {"Samples", "Period"}
 
 
 def convert_unit(value: int) -> str:
-    """A sample count as perf's '# Samples:' line prints it (tools/perf/util/util.c
-    convert_unit, then "%lu%c": the unit is a space when there is none)."""
+    """A sample count as perf's '# Samples:' line prints it (tools/perf/util/units.c
+    convert_unit_double: divided by 1000 in doubles while above 1000, then truncated;
+    "%lu%c" with a space for no unit): 5617 -> "5K", 1000500 -> "1M" (not "1000K")."""
+    v = float(value)
     unit = " "
     for u in "KMG":
-        if value > 1000:
-            value //= 1000
+        if v > 1000.0:
+            v /= 1000.0
             unit = u
-    return f"{value}{unit}".rstrip()
+    return f"{int(v)}{unit}".rstrip()
 
 
 @dataclass
