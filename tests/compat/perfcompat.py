@@ -262,7 +262,7 @@ def _row(headings: list[str], cells: list[bytes]) -> Row:
 
 
 @functools.cache
-def _empty_dir(what: str) -> str:
+def empty_dir(what: str) -> str:
     return tempfile.mkdtemp(prefix=f"bpfsym-compat-{what}-")
 
 
@@ -270,7 +270,7 @@ def perf_env() -> dict[str, str]:
     """perf's environment: no user or system perfconfig, an empty build-id cache, no
     debuginfod (perf 6.1 would ask the network for build ids it does not have)."""
     env = dict(os.environ)
-    env["HOME"] = _empty_dir("home")
+    env["HOME"] = empty_dir("home")
     env["PERF_CONFIG_NOSYSTEM"] = "1"
     env.pop("PERF_CONFIG", None)
     env.pop("PERF_BUILDID_DIR", None)
@@ -293,7 +293,7 @@ def perf_argv(path: str, keys: str, children: bool = False) -> list[str]:
         keys,
         "-n",
         "--symfs",
-        _empty_dir("symfs"),
+        empty_dir("symfs"),
         "--no-branch-stack",
         "--no-group",
     ]
@@ -317,7 +317,7 @@ def bpfsym_argv(path: str, keys: str, children: bool = False) -> list[str]:
     argv = [sys.executable, "-P", "-m", "bpfsym", "report", "-i", path, "--stdio", "--no-side"]
     argv += ["--sort", keys]
     if "--symfs" in bpfsym_options():
-        argv += ["--symfs", _empty_dir("symfs")]
+        argv += ["--symfs", empty_dir("symfs")]
     if children:
         argv.append("-g")
     return argv

@@ -52,7 +52,7 @@ def perf_report_names(path: str) -> list[str] | None:
     """Every event of the file as perf report lists it (also those without samples)."""
     p = subprocess.run(
         [P.PERF, "report", "-i", path, "--stdio", "--no-skip-empty", "--no-group"]
-        + ["--sort", "dso", "--symfs", P._empty_dir("symfs")],
+        + ["--sort", "dso", "--symfs", P.empty_dir("symfs")],
         capture_output=True,
         stdin=subprocess.DEVNULL,
         env=P.perf_env(),
