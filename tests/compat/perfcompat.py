@@ -55,9 +55,11 @@ names in perf.data are bytes. Column boundaries come from the dots line under th
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -263,7 +265,10 @@ def _row(headings: list[str], cells: list[bytes]) -> Row:
 
 @functools.cache
 def empty_dir(what: str) -> str:
-    return tempfile.mkdtemp(prefix=f"bpfsym-compat-{what}-")
+    """An empty directory for this process (HOME, symfs), removed when it exits."""
+    d = tempfile.mkdtemp(prefix=f"bpfsym-compat-{what}-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def perf_env() -> dict[str, str]:
