@@ -233,6 +233,17 @@ class PerfDataLayouts:
             "bytes" / Bytes(this.old_len + this.new_len),
         )
         self.lost_samples = Struct("lost" / t.u64)
+        # struct perf_record_event_update (after perf_event_header); type NAME (2): a C string
+        self.event_update = Struct("type" / t.u64, "id" / t.u64)
+        # struct perf_record_header_tracing_data: u32 size (and u32 pad since perf 4.x; older
+        # perf wrote a 12-byte record); `size` bytes of tracing data follow the record
+        self.tracing_data = Struct("size" / t.u32)
+        # struct perf_record_auxtrace: u64 size, offset, reference; u32 idx, tid, cpu,
+        # reserved; `size` bytes of AUX-area trace follow the record
+        self.auxtrace = Struct(
+            "size" / t.u64, "offset" / t.u64, "reference" / t.u64,
+            "idx" / t.u32, "tid" / t.u32, "cpu" / t.u32, "reserved" / t.u32,
+        )  # fmt: skip
         # PERF_RECORD_ID_INDEX body: nr then struct id_index_entry[nr]
         self.id_index = Struct(
             "nr" / t.u64,

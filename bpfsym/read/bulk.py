@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from bpfsym.read.perfdata import PerfData
 
 MAX_RECORD = 1 << 16  # header.size is a u16
+AUXTRACE = 71  # PERF_RECORD_AUXTRACE
 
 
 class NotBulk(Exception):
@@ -65,6 +66,9 @@ class BulkData:
             offs = self._chain(pos, hi)
             if offs is None:
                 offs = self._walk(pos, hi)
+            if bool((self.u32[2 * offs] == AUXTRACE).any()):
+                # its trace follows it outside header.size: the walk would read it as records
+                raise NotBulk("AUXTRACE records")
             last = int(offs[-1])
             pos = last + int(self.u16[4 * last + 3]) // 8
             if pos > n:

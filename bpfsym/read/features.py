@@ -49,7 +49,6 @@ class Header:
     # (read.proginfo.program_from_blobs makes the Program)
     bpf_progs: dict[int, dict[str, bytes]] = field(default_factory=dict)
     btfs: dict[int, bytes] = field(default_factory=dict)
-    event_names: dict[int, str] = field(default_factory=dict)  # attr id -> name
     features: set[int] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
 
@@ -63,6 +62,7 @@ WANTED_FEATURES = {
     F.HEADER_NRCPUS,
     F.HEADER_CMDLINE,
     F.HEADER_EVENT_DESC,
+    F.HEADER_TRACING_DATA,
     F.HEADER_SAMPLE_TIME,
     F.HEADER_CLOCKID,
     F.HEADER_BPF_PROG_INFO,
@@ -87,11 +87,6 @@ def parse_feature(
         h.sample_time = (t.first, t.last)
     elif bit == F.HEADER_CLOCKID:
         h.clockid = parse_at(L.u64, data, path, offset, "clockid")
-    elif bit == F.HEADER_EVENT_DESC:
-        d = parse_at(L.event_desc(), data, path, offset, "event_desc")
-        for ev in d.events:
-            for i in ev.ids:
-                h.event_names[i] = ev.name.value
     elif bit == F.HEADER_BUILD_ID:
         h.build_ids.extend(parse_build_ids(L, data, path, offset))
     elif bit == F.HEADER_BPF_PROG_INFO:

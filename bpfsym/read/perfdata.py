@@ -22,15 +22,17 @@ from bpfsym.formats import integers, struct_of
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.read.bulk import BulkData
+from bpfsym.read.event_names import (
+    EVENT_UPDATE_NAME,
+    EventNames,
+    TracingDataError,
+    event_desc_names,
+    tracepoint_names,
+)
 from bpfsym.read.features import WANTED_FEATURES, Header, parse_at, parse_feature
 
 CHUNK = 1 << 20
 
-SOFTWARE_EVENT_NAMES = [
-    "cpu-clock", "task-clock", "page-faults", "context-switches", "cpu-migrations",
-    "minor-faults", "major-faults", "alignment-faults", "emulation-faults", "dummy",
-    "bpf-output", "cgroup-switches",
-]  # fmt: skip
 
 # records whose kernel header.size may be inflated by other listeners' id_header_size
 # (perf_event_ksymbol_output, perf_event_bpf_output, perf_event_text_poke_output add it to
@@ -93,6 +95,8 @@ class PerfData:
         self.file_size: int | None = None
         self.compressed_records = 0
         self._map: mmap.mmap | None = None
+        self.names = EventNames()  # perf's naming, fed as the header and records arrive
+        self._tracepoints: dict[int, str] | None = None
         self._layout_changed()
         try:
             self._read_header()
@@ -130,6 +134,8 @@ class PerfData:
             raise FormatError(self.path, 0, f"not a perf.data file (magic {magic!r})")
         self.L = F.perfdata_layouts(self.little)
         self.section = struct_of(self.L.section)[0]  # perf_file_section: offset, size
+        self._auxtrace = struct_of(self.L.auxtrace)[0]  # size, offset, reference, ...
+        self._event_update_head = struct_of(self.L.event_update)[0]  # type, id
         self.ints = integers(self.little)
         self.u64 = self.ints.u64
         self.hdr = K.layouts(self.little).fast.header  # type, misc, size
@@ -193,11 +199,9 @@ class PerfData:
                 ev.read_size = None
             else:
                 ev.read_size = self.L.read_value(ev.read_format).sizeof()
-        if a.type == K.PERF_TYPE_SOFTWARE and a.config < len(SOFTWARE_EVENT_NAMES):
-            ev.name = SOFTWARE_EVENT_NAMES[a.config]
-        else:
-            ev.name = f"type{a.type}:config{a.config:#x}"
         self.attrs.append(ev)
+        self.names.add_attr(a, ids)
+        self._name_events()
         for i in ids:
             self.id_to_attr[i] = ev
         self._layout_changed()
@@ -243,20 +247,33 @@ class PerfData:
                 continue
             self._f.seek(off)
             self.feature(bit, self._f.read(size), off)
+        # perf names tracepoints after all sections (header.c evsel__prepare_tracepoint_event)
+        self.names.tracing_data(self._tracepoints)
+        self._name_events()
 
     def feature(self, bit: int, data: bytes, offset: int) -> None:
         """Take in one feature section (from the file's table or a HEADER_FEATURE record)."""
         self.header.features.add(bit)
+        if bit == F.HEADER_EVENT_DESC:
+            # names by the events' position (header.c process_event_desc), not their ids
+            self.names.event_desc(event_desc_names(data, self.little))
+            self._name_events()
+            return
+        if bit == F.HEADER_TRACING_DATA:
+            try:
+                self._tracepoints = tracepoint_names(data)
+            except TracingDataError as e:
+                self.header.warnings.append(f"tracing data unreadable: {e}")
+            return
         try:
             parse_feature(self.header, self.L, bit, data, self.path, offset)
         except FormatError as e:
             self.header.warnings.append(f"feature {bit} unreadable: {e}")
-            return
-        for ev in self.attrs:
-            for i in ev.ids:
-                name = self.header.event_names.get(i)
-                if name:
-                    ev.name = name
+
+    def _name_events(self) -> None:
+        """Every event's name as perf gives it, from what has been read so far."""
+        for ev, name in zip(self.attrs, self.names.names(), strict=False):
+            ev.name = name
 
     # ---- records ---------------------------------------------------------
 
@@ -296,14 +313,32 @@ class PerfData:
                             self._header_feature(buf, i, size, off)
                         elif rtype == F.RECORD_ID_INDEX:
                             self._id_index(buf, i, size, off)
+                        elif rtype == F.RECORD_EVENT_UPDATE:
+                            self._event_update(buf, i, size, off)
+                        elif rtype in PAYLOAD_AFTER:
+                            # bytes that follow the record outside header.size (session.c:
+                            # the handler's return value moves the reading on)
+                            extra = self._payload_size(rtype, buf, i, size, off)
+                            if extra:
+                                yield rtype, misc, buf, i, size, off
+                                payload = self._payload(
+                                    f, buf, i + size, n, extra, end, off + size,
+                                    rtype == F.RECORD_HEADER_TRACING_DATA,
+                                )  # fmt: skip
+                                if rtype == F.RECORD_HEADER_TRACING_DATA:
+                                    self._tracing_data(payload)
+                                if i + size + extra <= n:
+                                    i += size + extra
+                                    continue
+                                pos_file = off + size + extra  # read past the buffer
+                                buf, n, i = b"", 0, 0
+                                continue
                     yield rtype, misc, buf, i, size, pos_file + i
                     i += size
                     continue
             if eof:
                 if i < n:
-                    raise FormatError(
-                        self.path, pos_file + i, "truncated record at the end of the data"
-                    )
+                    self._cut(pos_file + i, n - i)
                 break
             want = CHUNK if end is None else min(CHUNK, end - pos_file - n)
             more = f.read(want) if want > 0 else b""
@@ -317,6 +352,70 @@ class PerfData:
             i = 0
         if inflater is not None:
             inflater.finish()
+
+    def _cut(self, off: int, left: int) -> None:
+        """The data ends inside a record. A pipe-mode stream is read up to the cut, as perf
+        does ("unexpected end of event stream", session.c); a file's data section is not."""
+        if not self.pipe:
+            raise FormatError(self.path, off, "truncated record at the end of the data")
+        self.header.warnings.append(
+            f"the stream ends inside a record at offset {off} ({left} bytes of it): read up to there"
+        )
+
+    def _payload_size(self, rtype: int, buf: bytes, i: int, size: int, off: int) -> int:
+        """How many bytes of AUXTRACE trace or pipe-mode tracing data follow the record."""
+        if rtype == F.RECORD_AUXTRACE:
+            if size < 8 + self._auxtrace.size:
+                raise FormatError(self.path, off, "AUXTRACE record too small")
+            return self._auxtrace.unpack_from(buf, i + 8)[0]
+        if not self.pipe:
+            return 0  # file mode: HEADER_TRACING_DATA is a feature section
+        if size < 8 + 4:
+            raise FormatError(self.path, off, "HEADER_TRACING_DATA record too small")
+        return self.ints.u32.unpack_from(buf, i + 8)[0]
+
+    def _payload(
+        self, f: IO[bytes], buf: bytes, at: int, n: int, extra: int, end: int | None,
+        file_at: int, keep: bool,
+    ) -> bytes:  # fmt: skip
+        """The `extra` bytes after a record, from buf[at] (file offset file_at) on: what is
+        buffered, the rest read from f. Kept only when asked (tracing data, kilobytes);
+        AUX trace (megabytes) is skipped."""
+        if end is not None and file_at + extra > end:
+            raise FormatError(self.path, file_at, f"{extra} bytes after a record run past the data")
+        buffered = min(n - at, extra)
+        got = bytearray(buf[at : at + buffered]) if keep else bytearray()
+        need = extra - buffered
+        while need > 0:
+            chunk = f.read(min(need, CHUNK))
+            if not chunk:
+                self._cut(file_at, extra - need)  # pipe mode: read up to the cut
+                break
+            if keep:
+                got += chunk
+            need -= len(chunk)
+        return bytes(got)
+
+    def _event_update(self, buf: bytes, i: int, size: int, off: int) -> None:
+        # PERF_RECORD_EVENT_UPDATE of type NAME names an event by id (pipe mode)
+        body = 8 + self.L.event_update.sizeof()
+        if size < body:
+            raise FormatError(self.path, off, "EVENT_UPDATE record too small")
+        etype, ident = self._event_update_head.unpack_from(buf, i + 8)
+        if etype != EVENT_UPDATE_NAME:
+            return
+        raw = bytes(buf[i + body : i + size]).split(b"\0", 1)[0]
+        if not self.names.event_update_name(ident, raw.decode("utf-8", "surrogateescape")):
+            self.header.warnings.append(f"EVENT_UPDATE at offset {off} names an unknown event id")
+        self._name_events()
+
+    def _tracing_data(self, data: bytes) -> None:
+        try:
+            self.names.tracing_data(tracepoint_names(data))
+        except TracingDataError as e:
+            self.header.warnings.append(f"tracing data unreadable: {e}")
+            self.names.tracing_data(None)
+        self._name_events()
 
     def _header_attr(self, buf: bytes, i: int, size: int, off: int) -> None:
         # struct attr_event { header; perf_event_attr attr (attr.size bytes); u64 id[]; }
@@ -452,8 +551,13 @@ class PerfData:
         return s
 
 
+# records followed by bytes outside their header.size
+PAYLOAD_AFTER = frozenset((F.RECORD_AUXTRACE, F.RECORD_HEADER_TRACING_DATA))
 SPECIAL_RECORDS = frozenset(
     (
+        F.RECORD_EVENT_UPDATE,
+        F.RECORD_AUXTRACE,
+        F.RECORD_HEADER_TRACING_DATA,
         F.RECORD_COMPRESSED,
         F.RECORD_COMPRESSED2,
         F.RECORD_HEADER_ATTR,

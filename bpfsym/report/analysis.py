@@ -259,7 +259,7 @@ def _analysis(pd: PerfData, a: Any, keys: list[str], callchains: bool, bpf_only:
         pipe=pd.pipe,
         little=pd.little,
         header=pd.header,
-        events=a.events,
+        events=dict(sorted(a.events.items())),  # in attr order, as perf lists them
         keys=keys,
         origins=dict(sorted(origins.items(), key=lambda x: (-x[1], x[0]))),
         unresolved=dict(sorted(unresolved.items(), key=lambda x: (-x[1], x[0]))),

@@ -20,32 +20,32 @@ Names are bytes in perf.data; they are decoded here with surrogateescape, so tha
 is never refused over its encoding and encodes back to the same bytes.
 
 ``event_name`` names one attr; ``EventNames`` replays what perf does as the header and
-records arrive; ``file_event_names`` reads the inputs of both from a perf.data file or
-pipe-mode stream. The layouts it needs beyond bpfsym.formats (EVENT_DESC read raw for
-perf's attr check, PERF_RECORD_EVENT_UPDATE, the tracing-data and AUXTRACE headers whose
-payload follows the record) are declared here with construct.
+records arrive (read.perfdata.PerfData feeds it). The layouts (PERF_RECORD_EVENT_UPDATE,
+the tracing-data and AUXTRACE headers whose payload follows the record) are in
+formats.perfdata.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from construct import ConstructError, GreedyBytes, Struct
-
-from .formats import perf as K
-from .formats import perfdata as F
-from .formats.errors import FormatError
+from bpfsym.formats import integers
+from bpfsym.formats import perf as K
 
 # enum perf_type_id (include/uapi/linux/perf_event.h)
 TYPE_HARDWARE = 0
+
 TYPE_SOFTWARE = 1
+
 TYPE_TRACEPOINT = 2
+
 TYPE_HW_CACHE = 3
+
 TYPE_RAW = 4
+
 TYPE_BREAKPOINT = 5
 
 # evsel.c evsel__hw_names (PERF_COUNT_HW_*)
@@ -54,32 +54,46 @@ HW_NAMES = (
     "branch-misses", "bus-cycles", "stalled-cycles-frontend", "stalled-cycles-backend",
     "ref-cycles",
 )  # fmt: skip
+
 # evsel.c evsel__sw_names: perf 6.1 has no name for PERF_COUNT_SW_BPF_OUTPUT (10) and
 # PERF_COUNT_SW_CGROUP_SWITCHES (11), which it calls "unknown-software"
 SW_NAMES = (
     "cpu-clock", "task-clock", "page-faults", "context-switches", "cpu-migrations",
     "minor-faults", "major-faults", "alignment-faults", "emulation-faults", "dummy",
 )  # fmt: skip
+
 # evsel.c evsel__hw_cache / _op / _result: the first alias of each, and the op's second
 # alias ("loads") for the name without a result
 HW_CACHE = ("L1-dcache", "L1-icache", "LLC", "dTLB", "iTLB", "branch", "node")
+
 HW_CACHE_OP = (("load", "loads"), ("store", "stores"), ("prefetch", "prefetches"))
+
 HW_CACHE_RESULT = ("refs", "misses")
+
 _R, _W, _P = 1, 2, 4  # 1 << PERF_COUNT_HW_CACHE_OP_{READ,WRITE,PREFETCH}
+
 # evsel.c evsel__hw_cache_stat: the ops each cache type has
 HW_CACHE_STAT = (_R | _W | _P, _R | _P, _R | _W | _P, _R | _W | _P, _R, _R, _R | _W | _P)
+
 # include/uapi/linux/hw_breakpoint.h
 HW_BREAKPOINT_R, HW_BREAKPOINT_W, HW_BREAKPOINT_X = 1, 2, 4
+
 PERF_PMU_TYPE_SHIFT = 32  # extended hardware type: config's high half names the PMU
+
 NAME_MAX = 127  # evsel__name formats into char bf[128]
 
 # what perf 6.1's header.c perf_attr_check accepts in an EVENT_DESC attr (uapi of 6.1):
 # any bit past these makes it drop every name of the section
 SAMPLE_MAX = 1 << 25  # PERF_SAMPLE_MAX
+
 FORMAT_MAX = 1 << 5  # PERF_FORMAT_MAX
+
 BRANCH_MAX = 1 << 19  # PERF_SAMPLE_BRANCH_MAX
+
 RESERVED_1 = ~((1 << 38) - 1) & (2**64 - 1)  # attr flag bits after sigtrap
+
 ATTR_SIZE_61 = 128  # sizeof(struct perf_event_attr) in perf 6.1 (PERF_ATTR_SIZE_VER7)
+
 ATTR_SIZE_VER0 = 64
 
 # enum perf_event_update_type (tools/lib/perf/include/perf/event.h)
@@ -191,10 +205,10 @@ def event_name(
     return attr_name(attr)
 
 
-# ---- tracing data (tools/perf/util/trace-event-read.c trace_report) ------------------
-
 TRACING_MAGIC = b"\x17\x08\x44tracing"
+
 _NAME = re.compile(rb"name\s*:\s*([A-Za-z0-9_]+)")
+
 _ID = re.compile(rb"ID\s*:\s*([0-9]+)")
 
 
@@ -295,9 +309,6 @@ def _format(system: bytes, text: bytes, out: dict[int, str]) -> None:
         out.setdefault(int(i.group(1)), name)
 
 
-# ---- perf's naming, replayed ---------------------------------------------------------
-
-
 @dataclass
 class _Event:
     attr: Any
@@ -358,36 +369,10 @@ class EventNames:
         return [ev.name if ev.name is not None else attr_name(ev.attr) for ev in self.events]
 
 
-# ---- reading the inputs from a file --------------------------------------------------
-
-
-@functools.cache
-def _layouts(little: bool) -> _Layouts:
-    return _Layouts(little)
-
-
-class _Layouts:
-    """What naming reads beyond bpfsym.formats, for one byte order."""
-
-    def __init__(self, little: bool) -> None:
-        t = K.layouts(little).ints
-        self.little = little
-        self.attr = K.layouts(little).attr
-        # struct perf_record_event_update (after perf_event_header); NAME: a C string
-        self.event_update = Struct("type" / t.u64, "id" / t.u64, "data" / GreedyBytes)
-        # struct perf_record_header_tracing_data: u32 size (and u32 pad since perf 4.x;
-        # older perf wrote a 12-byte record); `size` bytes of tracing data follow the record
-        self.tracing_data = Struct("size" / t.u32)
-        # struct perf_record_auxtrace: u64 size first; `size` bytes of trace follow
-        self.auxtrace = Struct("size" / t.u64)
-        self.u32 = struct.Struct("<I" if little else ">I")
-        self.u64 = struct.Struct("<Q" if little else ">Q")
-
-
 def parse_attr(raw: bytes, little: bool) -> Any:
     """A perf_event_attr of any size (zero-padded to the layout's size, as perf does)."""
     padded = raw[: K.PERF_ATTR_SIZE_VER8].ljust(K.PERF_ATTR_SIZE_VER8, b"\0")
-    return _layouts(little).attr.parse(padded)
+    return K.layouts(little).attr.parse(padded)
 
 
 def attr_check(raw: bytes, little: bool) -> bool:
@@ -410,9 +395,9 @@ def event_desc_names(data: bytes, little: bool) -> list[str] | None:
     """HEADER_EVENT_DESC's names by event position (header.c read_event_desc), or None
     where perf 6.1 reads none: a section that ends early or an attr perf_attr_check
     refuses."""
-    L = _layouts(little)
+    u32 = integers(little).u32
     try:
-        nr, size = L.u32.unpack_from(data, 0)[0], L.u32.unpack_from(data, 4)[0]
+        nr, size = u32.unpack_from(data, 0)[0], u32.unpack_from(data, 4)[0]
         pos = 8
         out = []
         for _ in range(nr):
@@ -420,8 +405,8 @@ def event_desc_names(data: bytes, little: bool) -> list[str] | None:
             if len(raw) < size or not attr_check(raw, little):
                 return None
             pos += size
-            nr_ids = L.u32.unpack_from(data, pos)[0]
-            slen = L.u32.unpack_from(data, pos + 4)[0]
+            nr_ids = u32.unpack_from(data, pos)[0]
+            slen = u32.unpack_from(data, pos + 4)[0]
             if pos + 8 + slen > len(data):
                 return None
             name = data[pos + 8 : pos + 8 + slen].split(b"\0", 1)[0]
@@ -432,120 +417,3 @@ def event_desc_names(data: bytes, little: bool) -> list[str] | None:
         return out
     except struct.error:
         return None
-
-
-def file_event_names(path: str) -> list[str]:
-    """perf's names of every event of a perf.data file or pipe-mode stream, in order.
-
-    Raises FormatError where there is nothing to name (no perf.data magic, a truncated
-    file header or attrs section). A pipe-mode stream is read up to where perf's reading
-    stops (a record of size < 8, a cut record, an EVENT_UPDATE of an unknown id)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] == F.MAGIC_LE:
-        little = True
-    elif data[:8] == F.MAGIC_BE:
-        little = False
-    else:
-        raise FormatError(path, 0, "not a perf.data file")
-    L = _layouts(little)
-    if len(data) < 16:
-        raise FormatError(path, 8, "truncated header")
-    if L.u64.unpack_from(data, 8)[0] == F.PIPE_HEADER_SIZE:
-        return _pipe_names(path, data, L)
-    return _file_names(path, data, L)
-
-
-def _file_names(path: str, data: bytes, L: _Layouts) -> list[str]:
-    # header.c perf_session__read_header / read_attr
-    try:
-        fh = F.perfdata_layouts(L.little).file_header.parse(data[: F.FILE_HEADER_SIZE])
-    except ConstructError:
-        raise FormatError(path, 0, "truncated perf.data header") from None
-    ev = EventNames()
-    if fh.attr_size == 0:
-        raise FormatError(path, 16, "attr_size 0")
-    pos = fh.attrs.offset
-    for _ in range(fh.attrs.size // fh.attr_size):
-        if pos + ATTR_SIZE_VER0 > len(data):
-            raise FormatError(path, pos, "attrs run past the file")
-        # attr.size (0: the first ABI's 64 bytes), then the ids section; perf 6.1 refuses a
-        # file whose attr is larger than its own 128 bytes ("file uses a more recent and
-        # unsupported ABI"), perf 6.3+ reads 136: the names are the same
-        sz = L.u32.unpack_from(data, pos + 4)[0] or ATTR_SIZE_VER0
-        raw = data[pos : pos + sz]
-        ids_off, ids_size = struct.unpack_from("<QQ" if L.little else ">QQ", data, pos + sz)
-        pos += sz + 16
-        ids = [
-            L.u64.unpack_from(data, ids_off + 8 * j)[0]
-            for j in range(ids_size // 8)
-            if ids_off + 8 * j + 8 <= len(data)
-        ]
-        ev.add_attr(parse_attr(raw, L.little), ids)
-    sections = _feature_sections(data, fh, L)
-    # perf_header__process_sections goes by feature bit: TRACING_DATA (1) is read before
-    # EVENT_DESC (12), but tracepoint names are given after all sections
-    tps: dict[int, str] | None = None
-    if F.HEADER_TRACING_DATA in sections:
-        try:
-            tps = tracepoint_names(sections[F.HEADER_TRACING_DATA])
-        except TracingDataError:
-            tps = None
-    if F.HEADER_EVENT_DESC in sections:
-        ev.event_desc(event_desc_names(sections[F.HEADER_EVENT_DESC], L.little))
-    ev.tracing_data(tps)
-    return ev.names()
-
-
-def _feature_sections(data: bytes, fh: Any, L: _Layouts) -> dict[int, bytes]:
-    bits = [n * 64 + b for n, word in enumerate(fh.features) for b in range(64) if word >> b & 1]
-    table = fh.data.offset + fh.data.size
-    out = {}
-    for i, bit in enumerate(bits):
-        at = table + 16 * i
-        if at + 16 > len(data):
-            break
-        off, size = struct.unpack_from("<QQ" if L.little else ">QQ", data, at)
-        if off + size <= len(data):
-            out[bit] = data[off : off + size]
-    return out
-
-
-def _pipe_names(path: str, data: bytes, L: _Layouts) -> list[str]:
-    # session.c __perf_session__process_pipe_events: records one after the other; a
-    # record's own size, plus what its handler says follows it (tracing data, AUX trace)
-    ev = EventNames()
-    hdr = struct.Struct("<IHH" if L.little else ">IHH")
-    pos = F.PIPE_HEADER_SIZE
-    while pos + 8 <= len(data):
-        rtype, _, size = hdr.unpack_from(data, pos)
-        if size < 8 or pos + size > len(data):
-            break  # perf: "bad event header size" / "unexpected end of event stream"
-        body = data[pos + 8 : pos + size]
-        skip = 0
-        if rtype == F.RECORD_HEADER_ATTR and len(body) >= 8:
-            asize = L.u32.unpack_from(body, 4)[0]
-            raw = body[:asize]
-            n = max(0, (len(body) - asize) // 8)
-            ids = [L.u64.unpack_from(body, asize + 8 * j)[0] for j in range(n)]
-            ev.add_attr(parse_attr(raw, L.little), ids)
-        elif rtype == F.RECORD_HEADER_FEATURE and len(body) >= 8:
-            if L.u64.unpack_from(body, 0)[0] == F.HEADER_EVENT_DESC:
-                ev.event_desc(event_desc_names(body[8:], L.little))
-        elif rtype == F.RECORD_EVENT_UPDATE and len(body) >= 16:
-            u = L.event_update.parse(body)
-            if u.type == EVENT_UPDATE_NAME:
-                name = u.data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                if not ev.event_update_name(u.id, name):
-                    break  # perf: "failed to process type: 78", the reading stops
-        elif rtype == F.RECORD_HEADER_TRACING_DATA and len(body) >= 4:
-            skip = L.tracing_data.parse(body).size
-            try:
-                tps: dict[int, str] | None = tracepoint_names(data[pos + size : pos + size + skip])
-            except TracingDataError:
-                tps = None
-            ev.tracing_data(tps)
-        elif rtype == F.RECORD_AUXTRACE and len(body) >= 8:
-            skip = L.auxtrace.parse(body).size
-        pos += size + skip
-    return ev.names()
