@@ -25,7 +25,11 @@ from bpfsym.top.rows import _DESCENDING, _LONG_TYPES, SORT_KEYS, Filter, Refresh
 
 
 def _batch(args: argparse.Namespace, view: View, out: TextIO) -> int:
-    top = Top()
+    with Top() as top:
+        return _batch_loop(top, args, view, out)
+
+
+def _batch_loop(top: Top, args: argparse.Namespace, view: View, out: TextIO) -> int:
     n = 0
     deadline = time.monotonic()
     while args.count is None or n < args.count:
@@ -106,7 +110,10 @@ def _tty(args: argparse.Namespace, view: View) -> int:
             curses.curs_set(0)
         except curses.error:
             pass
-        top = Top()
+        with Top() as top:
+            return loop(scr, top)
+
+    def loop(scr: Any, top: Top) -> int:
         ref: Refresh | None = None
         n = 0
         due = time.monotonic() + args.interval

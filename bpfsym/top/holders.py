@@ -319,9 +319,7 @@ class _Asm:
         for at, target in self.jumps:
             code, dst, src, _, imm = insns[at]
             insns[at] = (code, dst, src, self.labels[target] - at - 1, imm)
-        return b"".join(
-            struct.pack("<BBhi", c, (s << 4) | d, o, i) for c, d, s, o, i in insns
-        )
+        return b"".join(struct.pack("<BBhi", c, (s << 4) | d, o, i) for c, d, s, o, i in insns)
 
 
 JEQ_K, JNE_K, JEQ_X, JNE_X = 0x15, 0x55, 0x1D, 0x5D
@@ -451,7 +449,9 @@ class IterHolders:
         prog_fd = _load(program(lay), lay)
         try:
             self.prog_id = _prog_id_of(prog_fd)
-            self.link_fd = bpf(BPF_LINK_CREATE, _LINK_ATTR.pack(prog_fd, 0, BPF_TRACE_ITER, 0, 0, 0))
+            self.link_fd = bpf(
+                BPF_LINK_CREATE, _LINK_ATTR.pack(prog_fd, 0, BPF_TRACE_ITER, 0, 0, 0)
+            )
         finally:
             os.close(prog_fd)  # the link holds the program from here on
 
@@ -470,7 +470,9 @@ class IterHolders:
         out: Holders = {}
         seen: set[tuple[int, int]] = set()
         data = self.raw()
-        for pid, prog_id, comm in RECORD.iter_unpack(data[: len(data) // RECORD.size * RECORD.size]):
+        for pid, prog_id, comm in RECORD.iter_unpack(
+            data[: len(data) // RECORD.size * RECORD.size]
+        ):
             if (pid, prog_id) in seen:
                 continue  # several fds on one program, or threads with fd tables of their own
             seen.add((pid, prog_id))
