@@ -86,13 +86,23 @@ _MODIFIERS = {
 }
 
 
+# the named types the iterator program needs (anonymous ones are reached through these)
+ITER_TYPES = (
+    "file", "dentry", "bpf_prog", "bpf_prog_aux", "bpf_link", "task_struct", "bpf_iter_meta",
+    "bpf_iter_task_file",
+)  # fmt: skip
+
+
 class KernelTypes:
     """Named structs and functions of a BTF blob, with member offsets resolved on demand.
 
     Walks the type section once for each record's position (~50 ms for vmlinux's ~127k
-    types); only the records asked about are decoded."""
+    types) and indexes the types called `names`; only the records asked about are
+    decoded."""
 
-    def __init__(self, blob: bytes, path: str = VMLINUX_BTF) -> None:
+    def __init__(
+        self, blob: bytes, path: str = VMLINUX_BTF, names: Iterable[str] = ITER_TYPES
+    ) -> None:
         lay = fbtf.parse_header(blob, path)
         if not lay.little:
             raise LayoutError("big-endian BTF")  # the program below is little-endian too
@@ -101,10 +111,8 @@ class KernelTypes:
         self.strings = blob[lay.str_start : lay.str_end]
         self._pos = [0]  # type id -> offset of its record (id 0: void)
         self._by_name: dict[tuple[int, bytes], int] = {}
-        wanted = {b"file", b"path", b"dentry", b"qstr", b"bpf_prog", b"bpf_prog_aux"}
-        wanted |= {b"bpf_link", b"task_struct", b"bpf_iter_meta", b"bpf_iter_task_file"}
         want_off = {}
-        for w in wanted:
+        for w in (n.encode() for n in names):
             at = self.strings.find(b"\0" + w + b"\0")
             if at >= 0:
                 want_off[at + 1] = w
@@ -467,17 +475,22 @@ class IterHolders:
         return b"".join(chunks)
 
     def read(self) -> Holders:
-        out: Holders = {}
-        seen: set[tuple[int, int]] = set()
         data = self.raw()
-        for pid, prog_id, comm in RECORD.iter_unpack(
-            data[: len(data) // RECORD.size * RECORD.size]
-        ):
-            if (pid, prog_id) in seen:
-                continue  # several fds on one program, or threads with fd tables of their own
-            seen.add((pid, prog_id))
-            name = comm.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
-            out.setdefault(prog_id, []).append((pid, name))
+        data = data[: len(data) // RECORD.size * RECORD.size]
+        # one entry per process and program: several fds on one program, or threads with fd
+        # tables of their own, give several records
+        uniq = {(pid, prog_id): comm for pid, prog_id, comm in RECORD.iter_unpack(data)}
+        out: Holders = {}
+        names: dict[bytes, str] = {}
+        for (pid, prog_id), comm in uniq.items():
+            name = names.get(comm)
+            if name is None:  # as /proc/PID/comm reads (top strips the newline and blanks)
+                name = names[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+            held = out.get(prog_id)
+            if held is None:
+                out[prog_id] = [(pid, name)]
+            else:
+                held.append((pid, name))
         return out
 
     def close(self) -> None:
@@ -517,7 +530,7 @@ def open_holders(btf_path: str = VMLINUX_BTF) -> IterHolders | ProcHolders:
     except OSError as e:
         it.close()
         return ProcHolders(str(e))
-    if [p for p, _ in mine] != [os.getpid()]:
+    if os.getpid() not in [p for p, _ in mine]:  # others may hold it too (bpfsym record's pinner)
         it.close()
         return ProcHolders(f"the iterator reports this process as {mine}, /proc as {os.getpid()}")
     return it
