@@ -130,11 +130,38 @@ def fast_line(r: Row) -> str:
     ).rstrip()
 
 
-def table(rows: list[Row], wide: bool = False) -> list[str]:
-    """Header line and one line per row."""
+class LineCache:
+    """Default-table lines of idle rows, kept from one table() to the next.
+
+    An idle row's line (no run and no run time in the interval) depends only on the
+    program's id, type, name, totals and holders, which rarely change, and most programs
+    of a host are idle in most intervals. Holds the lines of the last table only."""
+
+    def __init__(self) -> None:
+        self.lines: dict[tuple[object, ...], str] = {}
+
+
+_HEAD = " ".join(_cell(h, w, right) for h, w, right, _, _ in _COLUMNS).rstrip()
+
+
+def table(rows: list[Row], wide: bool = False, cache: LineCache | None = None) -> list[str]:
+    """Header line and one line per row (the same lines with or without a cache)."""
     if not wide:
-        heads = [_cell(h, w, right) for h, w, right, _, _ in _COLUMNS]
-        return [" ".join(heads).rstrip(), *map(fast_line, rows)]
+        if cache is None:
+            return [_HEAD, *map(fast_line, rows)]
+        old, kept, out = cache.lines, {}, [_HEAD]
+        for r in rows:
+            if r.runs or r.run_ns:
+                out.append(fast_line(r))
+                continue
+            key = (r.id, r.type, r.name, r.run_time_ns, r.recursion_misses, *r.holders)
+            line = old.get(key)
+            if line is None:
+                line = fast_line(r)
+            kept[key] = line
+            out.append(line)
+        cache.lines = kept
+        return out
     grid = [[h for h, *_ in _WIDE_COLUMNS]]
     grid += [[f(r) for *_, f in _WIDE_COLUMNS] for r in rows]
     widths = [max(len(line[i]) for line in grid) for i in range(len(_WIDE_COLUMNS))]

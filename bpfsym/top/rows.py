@@ -95,30 +95,37 @@ def compute_rows(
     rows: list[Row] = []
     new: list[int] = []
     before, prev_start, hold = prev.progs, prev.start_ns, holders.get
+    type_names: dict[int, str] = {}
     for pid, s in cur.progs.items():
+        # a refresh does this once per program: fields by unpacking, no calls it can spare
+        sid, stype, tag, name, ksym, load_time, run_time, run_cnt, misses, at = s
         p = before.get(pid)
-        if p is not None and p.load_time == s.load_time:
-            base_t, base_c, base_m, since, fresh = (
-                p.run_time_ns,
-                p.run_cnt,
-                p.recursion_misses,
-                p.time_ns,
-                False,
-            )
-        elif s.load_time > prev_start:
+        if p is not None and p.load_time == load_time:
+            _, _, _, _, _, _, base_t, base_c, base_m, since = p
+            fresh = False
+        elif load_time > prev_start:
             base_t, base_c, base_m, since, fresh = 0, 0, 0, prev_start, True
             new.append(pid)
         else:
             continue  # there before the previous pass began, but not in it: next time
+        tname = type_names.get(stype)
+        if tname is None:
+            tname = type_names[stype] = prog_type_name(stype)
+        d_time, d_cnt, d_miss, span = (
+            run_time - base_t,
+            run_cnt - base_c,
+            misses - base_m,
+            at - since,
+        )
         h = hold(pid)
         rows.append(
             Row(
-                s.id, prog_type_name(s.type), s.name, s.ksym, s.tag,
-                max(0, s.time_ns - since),
-                max(0, s.run_cnt - base_c),
-                max(0, s.run_time_ns - base_t),
-                max(0, s.recursion_misses - base_m),
-                s.run_time_ns, s.run_cnt, s.recursion_misses, ncpus,
+                sid, tname, name, ksym, tag,
+                span if span > 0 else 0,
+                d_cnt if d_cnt > 0 else 0,
+                d_time if d_time > 0 else 0,
+                d_miss if d_miss > 0 else 0,
+                run_time, run_cnt, misses, ncpus,
                 sorted(h) if h else [],
                 fresh,
             )

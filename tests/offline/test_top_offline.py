@@ -520,3 +520,28 @@ def test_iterator_program_shape() -> None:
     for i, (op, _, off, _) in enumerate(insns):
         if op & 0x07 == 0x05 and op not in (0x85, 0x95):  # BPF_JMP, not call/exit
             assert 0 <= i + 1 + off < len(insns)
+
+
+@given(st.lists(st.lists(row_values, max_size=6), min_size=1, max_size=4), st.data())
+def test_line_cache_gives_the_same_table(refreshes: list[list[dict]], data: st.DataObject) -> None:
+    # consecutive tables of rows, some idle and some carried over unchanged or changed
+    cache = render.LineCache()
+    carried: list[dict] = []
+    for values in refreshes:
+        keep = [v for v in carried if data.draw(st.booleans())]
+        # the same program idle again with one thing its line shows changed
+        field_values = {
+            "holders": st.lists(st.tuples(st.integers(1, 9), st.text(max_size=3)), max_size=2),
+            "run_time_ns": st.integers(0, 10**12),
+            "recursion_misses": st.integers(0, 10**4),
+            "name": st.text(max_size=4),
+            "type": st.sampled_from(PROG_TYPES),
+        }
+        changed = []
+        for v in carried:
+            key = data.draw(st.sampled_from(sorted(field_values)))
+            changed.append({**v, key: data.draw(field_values[key])})
+        idle = [{**v, "runs": 0, "run_ns": 0} for v in values[: len(values) // 2]]
+        rows = [toprows.Row(ksym="k", tag="t", **v) for v in (*keep, *changed, *idle, *values)]
+        assert render.table(rows, cache=cache) == render.table(rows)
+        carried = [*keep, *idle]
