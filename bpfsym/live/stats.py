@@ -242,6 +242,7 @@ class Sampler:
         syscall, nr = _syscall, _NR_BPF
         get_fd, get_info = fb.BPF_PROG_GET_FD_BY_ID, fb.BPF_OBJ_GET_INFO_BY_FD
         id_len, info_len = len(id_attr), len(info_attr)
+        new = tuple.__new__
         for prog_id in ids:
             if prog_id in skip:
                 continue
@@ -267,8 +268,8 @@ class Sampler:
             finally:
                 close(fd)
             _, ptype, tag, name, ksym = known
-            out[pid] = ProgSample(
-                pid, ptype, tag, name, ksym, load_time, run_time, run_cnt, misses, now
+            out[pid] = new(  # ProgSample(...) without the Python-level __new__
+                ProgSample, (pid, ptype, tag, name, ksym, load_time, run_time, run_cnt, misses, now)
             )
 
     def read(self, prog_id: int) -> ProgSample | None:

@@ -454,6 +454,8 @@ class IterHolders:
     kind = "iterator"
 
     def __init__(self, lay: Layout) -> None:
+        self._last_raw = b"\0"  # never what the iterator writes: records are 24 bytes
+        self._last: Holders = {}
         prog_fd = _load(program(lay), lay)
         try:
             self.prog_id = _prog_id_of(prog_fd)
@@ -475,8 +477,17 @@ class IterHolders:
         return b"".join(chunks)
 
     def read(self) -> Holders:
+        """Program id -> [(pid, comm)]. The same dict as last time when the kernel wrote the
+        same bytes (holders seldom change): callers must not modify it."""
         data = self.raw()
-        data = data[: len(data) // RECORD.size * RECORD.size]
+        if data == self._last_raw:
+            return self._last
+        self._last_raw = data
+        self._last = self._parse(data[: len(data) // RECORD.size * RECORD.size])
+        return self._last
+
+    @staticmethod
+    def _parse(data: bytes) -> Holders:
         # one entry per process and program: several fds on one program, or threads with fd
         # tables of their own, give several records
         uniq = {(pid, prog_id): comm for pid, prog_id, comm in RECORD.iter_unpack(data)}
