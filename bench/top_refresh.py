@@ -9,8 +9,9 @@ their ratios are printed, with the median cost of each part of the refresh. The
 programs are freed 100 at a time with pauses: the JIT pack allocator once deadlocked on
 thousands of frees at once.
 
-With --syscalls, also counts system calls per refresh and per program (strace -c -f of a
-child doing 1 and 1+K refreshes: the difference over K) and those of one bpftool run.
+With --syscalls, also counts system calls per refresh and per program (strace -f of a
+child that marks the start of each refresh with a failing write()) and those of one
+`bpftool prog show -j` (strace -c -f).
 
     python3 bench/top_refresh.py [-n PROGRAMS ...] [-r REPEATS] [--syscalls] [--bpfsym CHECKOUT]
 
@@ -21,6 +22,7 @@ Figures are noisy on a shared machine: compare ratios taken in the same run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -146,51 +148,70 @@ def measure(n: int, repeats: int) -> dict[str, float]:
 
 
 CHILD = """
-import sys, time
+import os, sys
 sys.path.insert(0, sys.argv[1])
 from bpfsym.top import render, rows
 top = rows.Top()
 view = rows.View()
+cache = render.LineCache() if hasattr(render, "LineCache") else None
+totals = []
 for _ in range(int(sys.argv[2])):
+    try:
+        os.write(987654, b"REFRESH")  # EBADF: a marker in strace's log
+    except OSError:
+        pass
     ref = top.refresh()
-    render.table(view.apply(ref.rows))
-print(len(top.prev.progs))
+    shown = view.apply(ref.rows)
+    render.table(shown, False, cache) if cache else render.table(shown)
+    totals.append(ref.total)
+try:
+    os.write(987654, b"REFRESH")
+except OSError:
+    pass
+print(*totals)  # after the last marker: not counted
 """
 
+MARK = re.compile(r"write\(987654, \"REFRESH\"")
+CALL = re.compile(r"^(?:\[pid\s+\d+\]\s+|\d+\s+)?(\w+)\(")
 
-def strace_counts(cmd: list[str]) -> tuple[dict[str, int], str]:
-    """Calls per syscall of cmd under strace -c -f, and cmd's stdout."""
+
+def syscalls(checkout: Path, k: int = 5) -> None:
+    """Syscalls between the markers the child writes around each refresh (strace -f)."""
     with tempfile.NamedTemporaryFile("r", suffix=".strace") as f:
         out = subprocess.run(
-            ["strace", "-f", "-c", "-o", f.name, *cmd], check=True, capture_output=True, text=True
-        ).stdout
+            ["strace", "-f", "-o", f.name, sys.executable, "-P", "-c", CHILD, str(checkout), str(k)],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        totals = [int(x) for x in out.split()]
+        per: list[dict[str, int]] = []
+        for line in f.read().splitlines():
+            if MARK.search(line):
+                per.append({})
+                continue
+            m = CALL.match(line)
+            if m and per and "resumed>" not in line:
+                per[-1][m.group(1)] = per[-1].get(m.group(1), 0) + 1
+        per = per[: len(totals)]
+    print(f"\nsyscalls per refresh (strace -f, between markers; {k} refreshes):")
+    for counts, progs in zip(per, totals, strict=True):
+        total = sum(counts.values())
+        parts = ", ".join(f"{n} {c}" for n, c in sorted(counts.items(), key=lambda kv: -kv[1]))
+        print(f"  {progs} programs: {total} ({total / progs:.2f} per program): {parts}")
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as f:
+        shown = subprocess.run(
+            ["strace", "-f", "-c", "-o", f.name, "bpftool", "prog", "show", "-j"],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
         counts = {}
         for line in f.read().splitlines():
             m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$", line)
             if m and m.group(2) != "total":
                 counts[m.group(2)] = int(m.group(1))
-    return counts, out
-
-
-def syscalls(checkout: Path, k: int = 5) -> None:
-    runs = []
-    for n in (1, 1 + k):
-        counts, out = strace_counts([sys.executable, "-P", "-c", CHILD, str(checkout), str(n)])
-        runs.append((counts, int(out.split()[-1])))
-    (c1, p1), (c2, p2) = runs
-    progs = (p1 + p2) / 2
-    per = {s: (c2.get(s, 0) - c1.get(s, 0)) / k for s in set(c1) | set(c2)}
-    per = {s: v for s, v in per.items() if v > 0.5}
-    tool, _ = strace_counts(["bpftool", "prog", "show", "-j"])
-    print(f"\nsyscalls per refresh, {progs:.0f} programs (strace -c -f, {k} refreshes):")
-    for s, v in sorted(per.items(), key=lambda kv: -kv[1]):
-        print(f"  {s:<16} {v:8.1f}  ({v / progs:.2f} per program)")
-    total = sum(per.values())
-    print(f"  {'total':<16} {total:8.1f}  ({total / progs:.2f} per program)")
-    tool_total = sum(tool.values())
+    n = len(json.loads(shown))
+    total = sum(counts.values())
     print(
-        f"bpftool prog show -j: {tool_total} syscalls, bpf() {tool.get('bpf', 0)}"
-        f" ({tool.get('bpf', 0) / progs:.2f} per program)"
+        f"bpftool prog show -j, {n} programs: {total} ({total / n:.2f} per program),"
+        f" bpf() {counts.get('bpf', 0)} ({counts.get('bpf', 0) / n:.2f} per program)"
     )
 
 
