@@ -28,6 +28,7 @@ from typing import Protocol
 
 from bpfsym.formats import btf as fbtf
 from bpfsym.formats.errors import FormatError
+from bpfsym.live import progs
 from bpfsym.live.stats import prog_holders
 from bpfsym.live.sys import Buffer, bpf
 
@@ -440,14 +441,6 @@ def _load(code: bytes, lay: Layout) -> int:
         raise OSError(e.errno, f"{e.strerror}: {' | '.join(last)}") from None
 
 
-def _prog_id_of(fd: int) -> int:
-    with open(f"/proc/self/fdinfo/{fd}") as f:
-        for line in f:
-            if line.startswith("prog_id:"):
-                return int(line.split()[1])
-    raise LayoutError("no prog_id in fdinfo")
-
-
 class IterHolders:
     """The task_file iterator: holders of every program in one read per refresh."""
 
@@ -458,7 +451,7 @@ class IterHolders:
         self._last: Holders = {}
         prog_fd = _load(program(lay), lay)
         try:
-            self.prog_id = _prog_id_of(prog_fd)
+            self.prog_id = int(progs.basic_info(prog_fd).id)
             self.link_fd = bpf(
                 BPF_LINK_CREATE, _LINK_ATTR.pack(prog_fd, 0, BPF_TRACE_ITER, 0, 0, 0)
             )
