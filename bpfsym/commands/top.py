@@ -20,13 +20,25 @@ from typing import Any, TextIO
 
 from bpfsym.formats.bpf import PROG_TYPES
 from bpfsym.live.stats import RuntimeStats, StatsUnavailable
-from bpfsym.top.render import csv_lines, refresh_json, sort_column, summary, table
+from bpfsym.top.render import (
+    LineCache,
+    csv_lines,
+    refresh_json,
+    sort_column,
+    summary,
+    table,
+)
 from bpfsym.top.rows import _DESCENDING, _LONG_TYPES, SORT_KEYS, Filter, Refresh, Top, View
 
 
 def _batch(args: argparse.Namespace, view: View, out: TextIO) -> int:
-    top = Top()
+    with Top() as top:
+        return _batch_loop(top, args, view, out)
+
+
+def _batch_loop(top: Top, args: argparse.Namespace, view: View, out: TextIO) -> int:
     n = 0
+    lines = LineCache()
     deadline = time.monotonic()
     while args.count is None or n < args.count:
         deadline += args.interval
@@ -41,7 +53,7 @@ def _batch(args: argparse.Namespace, view: View, out: TextIO) -> int:
             if n:
                 out.write("\n")
             out.write(summary(ref, len(rows)) + "\n")
-            out.write("\n".join(table(rows, view.wide)) + "\n")
+            out.write("\n".join(table(rows, view.wide, lines)) + "\n")
         out.flush()
         n += 1
     return 0
@@ -69,6 +81,8 @@ def _tty(args: argparse.Namespace, view: View) -> int:
             elif isinstance(ch, str) and ch.isprintable():
                 buf += ch
 
+    line_cache = LineCache()
+
     def draw(scr: Any, ref: Refresh | None, waiting: int) -> None:
         scr.erase()
         h, w = scr.getmaxyx()
@@ -86,7 +100,7 @@ def _tty(args: argparse.Namespace, view: View) -> int:
         rows = view.apply(ref.rows)
         scr.addnstr(1, 0, summary(ref, len(rows)), w - 1)
         scr.addnstr(2, 0, keys, w - 1)
-        lines = table(rows, view.wide)
+        lines = table(rows, view.wide, line_cache)
         scr.addnstr(3, 0, lines[0].ljust(w - 1), w - 1, curses.A_REVERSE)
         if not view.wide:
             x, width = sort_column(view.sort)
@@ -106,7 +120,10 @@ def _tty(args: argparse.Namespace, view: View) -> int:
             curses.curs_set(0)
         except curses.error:
             pass
-        top = Top()
+        with Top() as top:
+            return loop(scr, top)
+
+    def loop(scr: Any, top: Top) -> int:
         ref: Refresh | None = None
         n = 0
         due = time.monotonic() + args.interval

@@ -8,18 +8,20 @@ hold one at once. kernel.bpf_stats_enabled is never touched.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import struct
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from bpfsym.errors import FormatError
 from bpfsym.formats import bpf as fb
 from bpfsym.formats import btf as fbtf
 from bpfsym.live import progs
-from bpfsym.live.sys import bpf
+from bpfsym.live.sys import _NR_BPF, _syscall, bpf  # the raw call: top's per-program path
 from bpfsym.model import ksym_name
 
 SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
@@ -99,9 +101,10 @@ class ProgStats(NamedTuple):
     recursion_misses: int
 
 
-@dataclass(frozen=True)
-class ProgSample:
-    """What top needs of one program, read at time_ns (CLOCK_BOOTTIME, like load_time)."""
+class ProgSample(NamedTuple):
+    """What top needs of one program, read at time_ns (CLOCK_BOOTTIME, like load_time).
+
+    A named tuple: top builds one per program per refresh."""
 
     id: int
     type: int
@@ -140,68 +143,152 @@ def _btf_func_name(fd: int) -> str | None:
         return None
 
 
+def _info_struct(fields: list[str]) -> tuple[struct.Struct, int]:
+    """A struct.Struct reading `fields` of bpf_prog_info (in declaration order) and skipping
+    the rest, and the info_len that ends with the last of them. Offsets and formats come
+    from the declaration in formats.bpf."""
+    fmt, at, end = "=", 0, 0
+    for sc in fb.prog_info().subcon.subcons:
+        size = sc.sizeof()
+        if sc.name in fields:
+            fmt += f"{at - end}x" if at > end else ""
+            fmt += f"{size}s" if sc.name in ("tag", "name") else {4: "I", 8: "Q"}[size]
+            end = at + size
+        at += size
+    got = struct.Struct(fmt)
+    assert got.size == end
+    return got, end
+
+
+# What a refresh reads of a program it knows, and of one it meets for the first time.
+_COUNTERS, _ = _info_struct(["id", "load_time", "run_time_ns", "run_cnt", "recursion_misses"])
+_STATIC, _ = _info_struct(["type", "tag", "name", "nr_func_info"])
+# bpf_prog_info up to recursion_misses (216 of 232 bytes on 6.18): the kernel copies
+# min(info_len, sizeof) bytes each way (bpf_prog_get_info_by_fd), and an older kernel with
+# a shorter struct leaves the tail zero (recursion_misses: Linux 5.12)
+INFO_LEN = max(_COUNTERS.size, _STATIC.size)
+_ZEROS = bytes(INFO_LEN)
+
+
 class Sampler:
-    """Reads every program's counters; remembers each program's kallsyms name across passes."""
+    """Reads every program's counters; remembers what does not change across passes.
 
-    def __init__(self) -> None:
-        self._names: dict[tuple[int, int], str] = {}
+    Per program and pass: BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD with info_len
+    limited to the fields read, close. Ids come from the previous pass, and
+    BPF_PROG_GET_NEXT_ID is asked only for ids above the highest one it ever returned: the
+    kernel allocates program ids upwards (idr_alloc_cyclic in bpf_prog_alloc_id), so a
+    program loaded since is found there. Every `full_walk_every` passes all ids are walked
+    again, which also finds programs with ids from after a wrap past INT_MAX. Type, tag,
+    name and kallsyms name are decoded once per program (id and load_time)."""
 
-    def _ksym(self, fd: int, info: Any, tag: str, name: str) -> str:
-        key = (int(info.id), int(info.load_time))
-        known = self._names.get(key)
-        if known is not None:
-            return known
+    def __init__(self, full_walk_every: int = 16) -> None:
+        self.full_walk_every = max(1, full_walk_every)
+        self.skip: set[int] = set()  # ids never read (top's own iterator program)
+        self._static: dict[int, tuple[int, int, str, str, str]] = {}  # id -> (load_time, ...)
+        self._cursor = 0  # the highest id BPF_PROG_GET_NEXT_ID has returned
+        self._passes = 0
+        # the kernel reads and writes these: kept for the sampler's life
+        self._id_attr = ctypes.create_string_buffer(progs.GET_ID_ATTR.size)
+        self._info_attr = ctypes.create_string_buffer(progs.INFO_ATTR.size)
+        self._info = ctypes.create_string_buffer(INFO_LEN)
+        self._id_mv = memoryview(self._id_attr).cast("B")  # type: ignore[arg-type]
+        self._info_attr_mv = memoryview(self._info_attr).cast("B")  # type: ignore[arg-type]
+        self._info_mv = memoryview(self._info).cast("B")  # type: ignore[arg-type]
+        self._info_addr = ctypes.addressof(self._info)
+
+    def _next_ids(self, start: int) -> list[int]:
+        """Ids above start, ascending."""
+        out = []
+        attr, mv = self._id_attr, self._id_mv
+        pack, unpack = progs.GET_ID_ATTR.pack_into, progs.GET_ID_ATTR.unpack_from
+        cur = start
+        while True:
+            pack(mv, 0, cur, 0, 0)
+            if _syscall(_NR_BPF, fb.BPF_PROG_GET_NEXT_ID, attr, len(attr)) < 0:
+                err = ctypes.get_errno()
+                if err == errno.ENOENT:
+                    break
+                raise OSError(err, f"bpf(BPF_PROG_GET_NEXT_ID): {os.strerror(err)}")
+            cur = unpack(mv)[1]
+            out.append(cur)
+        if out:
+            self._cursor = max(self._cursor, out[-1])
+        return out
+
+    def _describe(self, fd: int, load_time: int) -> tuple[int, int, str, str, str]:
+        """(load_time, type, tag, name, ksym) of the program whose info was just read."""
+        ptype, tag_raw, name_raw, nr_func_info = _STATIC.unpack_from(self._info_mv)
+        tag, name = bytes(tag_raw).hex(), fb.prog_name(name_raw)
         ksym = ksym_name(tag, name)
         # Kernel names with func_info come from BTF (bpf_get_prog_name): differ only when the
         # 15-character name was truncated or absent.
-        if info.nr_func_info and (len(name) >= _OBJ_NAME_MAX or not name):
+        if nr_func_info and (len(name) >= _OBJ_NAME_MAX or not name):
             try:
                 full = _btf_func_name(fd)
             except OSError:
                 full = None
             if full:
                 ksym = ksym_name(tag, full)
-        self._names[key] = ksym
-        return ksym
+        return load_time, ptype, tag, name, ksym
+
+    def _read(self, ids: list[int], out: dict[int, ProgSample]) -> None:
+        # locals: this loop runs once per program per refresh
+        id_attr, id_mv = self._id_attr, self._id_mv
+        info_attr, info_mv = self._info_attr, self._info_attr_mv
+        buf, info_addr, static, skip = self._info_mv, self._info_addr, self._static, self.skip
+        pack_id, pack_info = progs.GET_ID_ATTR.pack_into, progs.INFO_ATTR.pack_into
+        counters, close = _COUNTERS.unpack_from, os.close
+        clock, boottime = time.clock_gettime_ns, time.CLOCK_BOOTTIME
+        syscall, nr = _syscall, _NR_BPF
+        get_fd, get_info = fb.BPF_PROG_GET_FD_BY_ID, fb.BPF_OBJ_GET_INFO_BY_FD
+        id_len, info_len = len(id_attr), len(info_attr)
+        new = tuple.__new__
+        for prog_id in ids:
+            if prog_id in skip:
+                continue
+            pack_id(id_mv, 0, prog_id, 0, 0)
+            fd = syscall(nr, get_fd, id_attr, id_len)
+            if fd < 0:
+                err = ctypes.get_errno()
+                if err == errno.ENOENT:
+                    continue  # went away
+                raise OSError(err, f"bpf(BPF_PROG_GET_FD_BY_ID): {os.strerror(err)}")
+            try:
+                # zeroed: the kernel reads the array lengths and pointers from the buffer
+                buf[:] = _ZEROS
+                pack_info(info_mv, 0, fd, INFO_LEN, info_addr)
+                if syscall(nr, get_info, info_attr, info_len) < 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"bpf(BPF_OBJ_GET_INFO_BY_FD): {os.strerror(err)}")
+                now = clock(boottime)
+                pid, load_time, run_time, run_cnt, misses = counters(buf)
+                known = static.get(pid)
+                if known is None or known[0] != load_time:
+                    known = static[pid] = self._describe(fd, load_time)
+            finally:
+                close(fd)
+            _, ptype, tag, name, ksym = known
+            out[pid] = new(  # ProgSample(...) without the Python-level __new__
+                ProgSample, (pid, ptype, tag, name, ksym, load_time, run_time, run_cnt, misses, now)
+            )
 
     def read(self, prog_id: int) -> ProgSample | None:
         """One program, or None when it went away."""
-        try:
-            fd = progs.fd_by_id(prog_id)
-        except OSError as e:
-            if e.errno == errno.ENOENT:
-                return None
-            raise
-        try:
-            info = progs.basic_info(fd)
-            now = boottime_ns()
-            tag = bytes(info.tag).hex()
-            name = str(info.name)
-            return ProgSample(
-                id=int(info.id),
-                type=int(info.type),
-                tag=tag,
-                name=name,
-                ksym=self._ksym(fd, info, tag, name),
-                load_time=int(info.load_time),
-                run_time_ns=int(info.run_time_ns),
-                run_cnt=int(info.run_cnt),
-                recursion_misses=int(info.recursion_misses),
-                time_ns=now,
-            )
-        finally:
-            os.close(fd)
+        out: dict[int, ProgSample] = {}
+        self._read([prog_id], out)
+        return out.get(prog_id)
 
     def snapshot(self) -> Snapshot:
         start = boottime_ns()
         out: dict[int, ProgSample] = {}
-        for prog_id in progs.iter_ids():
-            s = self.read(prog_id)
-            if s is not None:
-                out[s.id] = s
-        alive = {(s.id, s.load_time) for s in out.values()}
-        for key in [k for k in self._names if k not in alive]:
-            del self._names[key]
+        if self._passes % self.full_walk_every == 0:
+            self._read(self._next_ids(0), out)
+        else:
+            self._read(sorted(self._static), out)
+            self._read(self._next_ids(self._cursor), out)
+        self._passes += 1
+        for gone in [i for i in self._static if i not in out]:
+            del self._static[gone]
         return Snapshot(start, out)
 
 

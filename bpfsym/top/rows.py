@@ -10,11 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bpfsym.formats.bpf import prog_type_name
-from bpfsym.live.stats import (
-    Sampler,
-    Snapshot,
-    prog_holders,
-)
+from bpfsym.live.stats import Sampler, Snapshot
+from bpfsym.top.holders import HolderSource, open_holders
 
 NS = 1_000_000_000
 
@@ -97,39 +94,44 @@ def compute_rows(
     """Rows for the interval prev -> cur, the ids of new programs and of vanished ones."""
     rows: list[Row] = []
     new: list[int] = []
+    before, prev_start, hold = prev.progs, prev.start_ns, holders.get
+    type_names: dict[int, str] = {}
     for pid, s in cur.progs.items():
-        p = prev.progs.get(pid)
-        if p is not None and p.load_time == s.load_time:
-            base, since, fresh = (p.run_time_ns, p.run_cnt, p.recursion_misses), p.time_ns, False
-        elif s.load_time > prev.start_ns:
-            base, since, fresh = (0, 0, 0), prev.start_ns, True
+        # a refresh does this once per program: fields by unpacking, no calls it can spare
+        sid, stype, tag, name, ksym, load_time, run_time, run_cnt, misses, at = s
+        p = before.get(pid)
+        if p is not None and p.load_time == load_time:
+            _, _, _, _, _, _, base_t, base_c, base_m, since = p
+            fresh = False
+        elif load_time > prev_start:
+            base_t, base_c, base_m, since, fresh = 0, 0, 0, prev_start, True
             new.append(pid)
         else:
             continue  # there before the previous pass began, but not in it: next time
+        tname = type_names.get(stype)
+        if tname is None:
+            tname = type_names[stype] = prog_type_name(stype)
+        d_time, d_cnt, d_miss, span = (
+            run_time - base_t,
+            run_cnt - base_c,
+            misses - base_m,
+            at - since,
+        )
+        h = hold(pid)
         rows.append(
             Row(
-                id=s.id,
-                type=prog_type_name(s.type),
-                name=s.name,
-                ksym=s.ksym,
-                tag=s.tag,
-                interval_ns=max(0, s.time_ns - since),
-                runs=max(0, s.run_cnt - base[1]),
-                run_ns=max(0, s.run_time_ns - base[0]),
-                misses=max(0, s.recursion_misses - base[2]),
-                run_time_ns=s.run_time_ns,
-                run_cnt=s.run_cnt,
-                recursion_misses=s.recursion_misses,
-                ncpus=ncpus,
-                holders=sorted(holders.get(pid, [])),
-                new=fresh,
+                sid, tname, name, ksym, tag,
+                span if span > 0 else 0,
+                d_cnt if d_cnt > 0 else 0,
+                d_time if d_time > 0 else 0,
+                d_miss if d_miss > 0 else 0,
+                run_time, run_cnt, misses, ncpus,
+                sorted(h) if h else [],
+                fresh,
             )
-        )
-    vanished = [
-        i
-        for i, p in prev.progs.items()
-        if i not in cur.progs or cur.progs[i].load_time != p.load_time
-    ]
+        )  # fmt: skip
+    now = cur.progs
+    vanished = [i for i, p in before.items() if i not in now or now[i].load_time != p.load_time]
     return rows, sorted(new), sorted(vanished)
 
 
@@ -199,19 +201,47 @@ def online_cpus() -> int:
 
 
 class Top:
-    """Consecutive snapshots of every program; each refresh yields the interval since the last."""
+    """Consecutive snapshots of every program; each refresh yields the interval since the last.
 
-    def __init__(self, ncpus: int | None = None) -> None:
+    The API for anything that wants top's figures (the batch and full-screen views, an
+    exporter): the caller keeps statistics on (live.stats.RuntimeStats) for as long as it
+    uses a Top, calls refresh() once per interval and closes the Top when done (it holds
+    the holders iterator's link fd). Each refresh reads every program once and the holders
+    once; rows are unfiltered and unsorted (View.apply filters and sorts them).
+
+        with RuntimeStats(), Top() as top:
+            while True:
+                time.sleep(interval)
+                ref = top.refresh()  # Refresh: .rows, .new, .vanished, .total, ...
+    """
+
+    def __init__(self, ncpus: int | None = None, holders: HolderSource | None = None) -> None:
         self.ncpus = ncpus or online_cpus()
+        self.holders: HolderSource = holders if holders is not None else open_holders()
         self.sampler = Sampler()
-        self.prev = self.sampler.snapshot()
+        if self.holders.prog_id:
+            self.sampler.skip.add(self.holders.prog_id)  # top's own iterator is not listed
+        try:
+            self.prev = self.sampler.snapshot()
+        except BaseException:
+            self.holders.close()
+            raise
 
     def refresh(self) -> Refresh:
         wall = time.time()
         cur = self.sampler.snapshot()
-        holders = prog_holders()
+        holders = self.holders.read()
         rows, new, vanished = compute_rows(self.prev, cur, holders, self.ncpus)
         ref = Refresh(wall, cur.start_ns - self.prev.start_ns, self.ncpus, rows, len(cur.progs))
         ref.new, ref.vanished = new, vanished
         self.prev = cur
         return ref
+
+    def close(self) -> None:
+        self.holders.close()
+
+    def __enter__(self) -> Top:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

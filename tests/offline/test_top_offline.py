@@ -8,14 +8,22 @@ import errno
 import io
 import itertools
 import json
+import re
+import struct
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bpfsym.commands import top as top_cmd
+from bpfsym.formats import btf as fbtf
+from bpfsym.formats.bpf import PROG_TYPES
+from bpfsym.formats.errors import FormatError
 from bpfsym.live.stats import ProgSample, Snapshot, enable_error, fdinfo_prog_id
 from bpfsym.top import render
 from bpfsym.top import rows as toprows
+from bpfsym.top.holders import KernelTypes, Layout, LayoutError, kernel_layout, program
 
 S = 1_000_000_000
 
@@ -367,3 +375,173 @@ def test_compute_and_sort_properties(
     values = [toprows._SORT_VALUE[key](r) for r in ordered]
     descending = (key in toprows._DESCENDING) != reverse
     assert all((a >= b) if descending else (a <= b) for a, b in itertools.pairwise(values))
+
+
+# --- the default table's fast line, held to the column-by-column one -------------------------
+
+row_values = st.fixed_dictionaries(
+    dict(
+        id=st.integers(1, 2**31 - 1),
+        type=st.sampled_from([*PROG_TYPES, "type99"]),
+        name=st.text(max_size=15),
+        interval_ns=st.integers(-S, 100 * S),
+        runs=st.integers(0, 10**12),
+        run_ns=st.integers(0, 10**15),
+        misses=st.integers(0, 10**6),
+        run_time_ns=st.integers(0, 10**18),
+        run_cnt=st.integers(0, 10**12),
+        recursion_misses=st.integers(0, 10**13),
+        ncpus=st.integers(0, 512),
+        holders=st.lists(st.tuples(st.integers(1, 2**22), st.text(max_size=15)), max_size=4),
+        new=st.booleans(),
+    )
+)
+
+
+@given(st.lists(row_values, max_size=8), st.sampled_from([0, 1]))
+def test_fast_line_is_the_column_line(values: list[dict], idle: int) -> None:
+    rows = [
+        toprows.Row(ksym="k", tag="t", **{**v, **({"runs": 0, "run_ns": 0} if idle else {})})
+        for v in values
+    ]
+    lines = render.table(rows)
+    assert lines[1:] == [render.line_of(r) for r in rows]
+    assert lines[0] == render.table([])[0]
+
+
+# --- KernelTypes: member offsets through anonymous unions, typedefs and qualifiers ------------
+
+BTF_FIX = Path(__file__).resolve().parents[1] / "fixtures" / "btf"
+
+
+def bpftool_members(text: str) -> tuple[dict[str, int], dict[int, list[tuple[str, int, int]]]]:
+    """bpftool btf dump's text: struct name -> id, id -> [(member, type id, bit offset)]."""
+    names: dict[str, int] = {}
+    members: dict[int, list[tuple[str, int, int]]] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"\[(\d+)\] (STRUCT|UNION) '([^']*)'", line)
+        if m:
+            cur = int(m.group(1))
+            members[cur] = []
+            names.setdefault(m.group(3), cur)
+            continue
+        m = re.match(r"\t'([^']*)' type_id=(\d+) bits_offset=(\d+)", line)
+        if m and cur is not None and line.startswith("\t"):
+            members[cur].append((m.group(1), int(m.group(2)), int(m.group(3))))
+        elif not line.startswith("\t"):
+            cur = None
+    return names, members
+
+
+def bpftool_offset(text: str, struct_name: str, dotted: str) -> int:
+    """The byte offset of struct_name.dotted as bpftool's dump gives it (anonymous members
+    searched as C does); modifiers and typedefs are followed by id through the dump."""
+    names, members = bpftool_members(text)
+    heads = {
+        int(m.group(1)): int(m.group(2))
+        for m in re.finditer(
+            r"^\[(\d+)\] (?:TYPEDEF|CONST|VOLATILE)[^\n]* type_id=(\d+)", text, re.M
+        )
+    }
+
+    def find(tid: int, name: str) -> tuple[int, int] | None:
+        while tid in heads:
+            tid = heads[tid]
+        for mname, mtype, bits in members.get(tid, []):
+            if mname == name:
+                return bits // 8, mtype
+            if mname == "(anon)":
+                sub = find(mtype, name)
+                if sub is not None:
+                    return bits // 8 + sub[0], sub[1]
+        return None
+
+    tid, total = names[struct_name], 0
+    for part in dotted.split("."):
+        got = find(tid, part)
+        assert got is not None, (struct_name, dotted)
+        total += got[0]
+        tid = got[1]
+    return total
+
+
+@pytest.mark.parametrize(
+    "struct_name, dotted, size",
+    [
+        ("__sk_buff", "flow_keys", 8),  # in an anonymous union
+        ("__sk_buff", "sk", 8),
+        ("__sk_buff", "tstamp", 8),
+        ("sample", "count", 4),  # volatile typedef
+        ("sample", "f.rest", 4),  # through a const struct
+        ("sample", "w.c", 4),  # char[4] in a union
+        ("sample", "history", 32),  # long[4]
+        ("sample", "hidden", 8),
+    ],
+)
+def test_kernel_types_offsets_match_bpftool(struct_name: str, dotted: str, size: int) -> None:
+    types = KernelTypes(
+        (BTF_FIX / "btftest.btf").read_bytes(), "btftest.btf", ["__sk_buff", "sample"]
+    )
+    text = (BTF_FIX / "btftest.btf.txt").read_text()
+    off, tid = types.offset(struct_name, dotted)
+    assert off == bpftool_offset(text, struct_name, dotted)
+    assert types.size(tid) == size
+
+
+def test_kernel_types_missing_and_bad() -> None:
+    blob = (BTF_FIX / "btftest.btf").read_bytes()
+    types = KernelTypes(blob, "btftest.btf", ["sample", "nosuch"])
+    with pytest.raises(LayoutError):
+        types.named(fbtf.KIND_STRUCT, "nosuch")
+    with pytest.raises(LayoutError):
+        types.offset("sample", "f.nosuch")
+    with pytest.raises(LayoutError):
+        types.offset("sample", "f.low")  # a bitfield is not something the program reads
+    with pytest.raises(LayoutError):
+        kernel_layout(types)  # no bpf_iter_task_file here
+    with pytest.raises(FormatError):
+        KernelTypes(blob[:-200] + bytes(3), "cut.btf")  # cut in the middle of the types
+
+
+def test_iterator_program_shape() -> None:
+    # the layout's offsets land in the instructions that read them; jumps stay inside
+    lay = Layout(
+        attach_btf_id=7, ctx_meta=0, ctx_task=8, ctx_file=24, meta_seq=0, file_dentry=152,
+        file_private=200, dentry_name=40, link_prog=24, prog_aux=56, aux_id=28, task_tgid=1500,
+        task_leader=1600, task_comm=1900,
+    )  # fmt: skip
+    code = program(lay)
+    insns = [struct.unpack("<BBhi", code[i : i + 8]) for i in range(0, len(code), 8)]
+    assert insns[-1][0] == 0x95 and insns[-2][0] == 0xB7  # r0 = 0; exit
+    loads = {(op, regs >> 4, off) for op, regs, off, _ in insns if op in (0x61, 0x79)}
+    assert (0x79, 7, 152) in loads and (0x79, 1, 40) in loads and (0x61, 8, 1500) in loads
+    assert (0x79, 8, 1600) in loads and (0x79, 1, 1900) in loads and (0x79, 1, 1908) in loads
+    for i, (op, _, off, _) in enumerate(insns):
+        if op & 0x07 == 0x05 and op not in (0x85, 0x95):  # BPF_JMP, not call/exit
+            assert 0 <= i + 1 + off < len(insns)
+
+
+@given(st.lists(st.lists(row_values, max_size=6), min_size=1, max_size=4), st.data())
+def test_line_cache_gives_the_same_table(refreshes: list[list[dict]], data: st.DataObject) -> None:
+    # consecutive tables of rows, some idle and some carried over unchanged or changed
+    cache = render.LineCache()
+    carried: list[dict] = []
+    for values in refreshes:
+        keep = [v for v in carried if data.draw(st.booleans())]
+        # the same program idle again with one thing its line shows changed
+        field_values = {
+            "holders": st.lists(st.tuples(st.integers(1, 9), st.text(max_size=3)), max_size=2),
+            "run_time_ns": st.integers(0, 10**12),
+            "recursion_misses": st.integers(0, 10**4),
+            "name": st.text(max_size=4),
+            "type": st.sampled_from(PROG_TYPES),
+        }
+        changed = []
+        for v in carried:
+            key = data.draw(st.sampled_from(sorted(field_values)))
+            changed.append({**v, key: data.draw(field_values[key])})
+        idle = [{**v, "runs": 0, "run_ns": 0} for v in values[: len(values) // 2]]
+        rows = [toprows.Row(ksym="k", tag="t", **v) for v in (*keep, *changed, *idle, *values)]
+        assert render.table(rows, cache=cache) == render.table(rows)
+        carried = [*keep, *idle]
