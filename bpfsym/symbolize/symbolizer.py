@@ -173,8 +173,19 @@ class Symbolizer:
         lst = self.maps.setdefault(pid, [])
         starts = self.map_starts.setdefault(pid, [])
         end = start + length
-        # drop what the new map overlaps (maps__fixup_overlappings, simplified)
-        keep = [m for m in lst if m.end <= start or m.start >= end]
+        # what the new map overlaps loses the overlapped part only (maps.c
+        # maps__fixup_overlappings): the loader maps a library's whole range first and
+        # later mappings land inside it
+        keep = []
+        for m in lst:
+            if m.end <= start or m.start >= end:
+                keep.append(m)
+                continue
+            if m.start < start:
+                keep.append(MapEntry(m.start, start, m.pgoff, m.filename, m.build_id))
+            if m.end > end:
+                after = m.pgoff + (end - m.start)
+                keep.append(MapEntry(end, m.end, after, m.filename, m.build_id))
         keep.append(MapEntry(start, end, pgoff, filename, bid or self.build_ids.get(filename, "")))
         keep.sort(key=lambda m: m.start)
         lst[:] = keep
@@ -255,7 +266,9 @@ class Symbolizer:
         key = (dso, kind, ip, reason)
         s = self._unres.get(key)
         if s is None:
-            s = Sym(f"0x{ip:016x}", dso, kind, UNRESOLVED, reason=reason, start=ip)
+            # perf's %-#.*llx: C's # flag puts no 0x before a zero
+            name = f"0x{ip:016x}" if ip else f"{0:016x}"
+            s = Sym(name, dso, kind, UNRESOLVED, reason=reason, start=ip)
             self._unres[key] = s
         return s
 
