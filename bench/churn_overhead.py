@@ -9,6 +9,7 @@ at that rate for --seconds under each mode, in one run:
   perf     perf record -e cpu-clock -a -o X -- churner ...
   bpfsym   python -P -m bpfsym record -e cpu-clock -a -o X -- churner ...
   proto    python -P -m bpfsym.proto_record ... (the prototype of docs/record-startup.md)
+  proto-nice  the same with its fetch worker at nice 10 (BPFSYM_PROTO_NICE=10)
 
 Load n is due at start + n/rate and a late load is not skipped, so a loader slowed by
 the recorder makes fewer loads in the time: "loads" is what it made, "x perf" that over
@@ -136,12 +137,13 @@ def run_one(
         cmd = [perf, "record", *rec]
     elif mode == "bpfsym":
         cmd = [sys.executable, "-P", "-m", "bpfsym", "record", *rec]
-    elif mode == "proto":
+    elif mode in ("proto", "proto-nice"):
         cmd = [sys.executable, "-P", "-m", "bpfsym.proto_record", *rec]
     else:
         raise SystemExit(f"unknown mode {mode}")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        env = dict(os.environ, BPFSYM_PROTO_NICE="10" if mode == "proto-nice" else "0")
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         stats = ProcStats(p.pid)
         stats.start()
         # wait4: the CPU time of the recorder and every process it reaped (pinners, perf,

@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import _progs  # noqa: E402
 from churn import perf_prog_ids  # noqa: E402
 
+from bpfsym.live import progs  # noqa: E402
 from bpfsym.store import read_capture  # noqa: E402
 
 MODES = ("perf", "bpfsym", "no-perf", "proto", "proto-np")
@@ -85,6 +86,8 @@ def main() -> int:
           f"{'images (side)':>13} {'images (perf)':>13}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bpfsym-startup-") as d:
         for n in (int(x) for x in a.programs.split(",")):
+            others = sum(1 for _ in progs.iter_ids())
+            print(f"# N={n}: {others} programs already on the host (other users)")
             with _progs.held(n) as h:
                 held = set(h.ids)
                 times: dict[str, list[float]] = {m: [] for m in modes}

@@ -135,12 +135,13 @@ def frame(rtype: int, payload: bytes, compress: bool | None = None) -> bytes:
 class FastWriter(SideFileWriter):
     """A SideFileWriter whose frames are built with struct; PROGRAM records are
     compressed and written by a thread of their own (zlib runs without the GIL).
-    PROGRAM records may land out of order with other records: the reader takes them
-    in any order (store._read collects them and sorts by id)."""
+    PROGRAM and KALLSYMS records written this way may land out of order with other
+    records (not with each other): the reader takes them in any order (store._read
+    collects programs and sorts them by id, and keeps KALLSYMS records in order)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self._q: queue.Queue[bytes | None] = queue.Queue()
+        self._q: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
@@ -152,14 +153,18 @@ class FastWriter(SideFileWriter):
     def put_program(
         self, prog_id: int, origin: str, load_time: int, missing: str, blobs: dict[str, bytes]
     ) -> None:
-        self._q.put(program_payload(prog_id, origin, load_time, missing, blobs))
+        self._q.put((sf.PROGRAM, program_payload(prog_id, origin, load_time, missing, blobs)))
+
+    def write_later(self, rtype: int, payload: bytes) -> None:
+        """A big record (kallsyms: 5 MB, 40 ms of zlib) compressed and written beside."""
+        self._q.put((rtype, payload))
 
     def sideband(self, cpu: int, rec: bytes) -> None:
         self.write(sf.SIDEBAND, _U32.pack(cpu) + rec, compress=False)
 
     def _drain(self) -> None:
-        while (payload := self._q.get()) is not None:
-            self.write(sf.PROGRAM, payload)
+        while (item := self._q.get()) is not None:
+            self.write(*item)
 
     def flush_programs(self) -> None:
         self._q.put(None)
