@@ -131,7 +131,7 @@ def run(argv: list[str]) -> int:
     if perf_opts.errors:
         raise UsageError(perf_opts.errors[0])
     side = r.side or perf_opts.output + ".bpfsym"
-    writer = fastcap.FastWriter(side)
+    writer = fastcap.FastWriter(side, os.environ.get("BPFSYM_PROTO_COMPRESS", "1") != "0")
     timing: dict[str, float] = {}
     try:
         start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
