@@ -309,14 +309,18 @@ class PerfWaker(threading.Thread):
         self.stop = threading.Event()
 
     def _workload(self) -> int | None:
-        path = f"/proc/{self.perf_pid}/task/{self.perf_pid}/children"
+        """perf's child, once the pid runs perf (in the namespace it is first unshare,
+        then sh, whose child is mount: not the workload)."""
+        me = f"/proc/{self.perf_pid}"
         while not self.stop.is_set():
             try:
-                with open(path) as f:
+                with open(f"{me}/comm") as f:
+                    is_perf = f.read().strip() == "perf"
+                with open(f"{me}/task/{self.perf_pid}/children") as f:
                     kids = f.read().split()
             except OSError:
                 return None
-            if kids:
+            if is_perf and kids:
                 return int(kids[0])
             time.sleep(0.002)
         return None

@@ -169,12 +169,14 @@ def run(argv: list[str]) -> int:
                 cmd = perfns.perf_in_namespace(perf_cmd, r.command, kfile, tools)
             else:
                 cmd = [*perf_cmd, "--", *r.command]
-        child = subprocess.Popen(cmd)
+        child = subprocess.Popen(cmd)  # unshare and sh exec: its pid becomes perf's
+        forward = record._forward_signals(child)
         timing["command started"] = time.perf_counter() - t0
         if not r.no_perf and os.environ.get("BPFSYM_PERF_WAKE", "1") != "0":
             waker = perfns.PerfWaker(child.pid)
             waker.start()
         status = child.wait()
+        forward()
         timing["command done"] = time.perf_counter() - t0
         if waker is not None:
             waker.stop.set()
