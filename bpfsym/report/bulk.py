@@ -16,18 +16,19 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.live.host import HostKallsyms
 from bpfsym.read.arrays import unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.read.perfdata import PerfData, field_offsets
+from bpfsym.report.aggregates import Aggregates, EventStats
 from bpfsym.report.analysis import (
     BULK_WINDOW,
     FIRST_SHARE,
     PARALLEL_MIN_BYTES,
     TAIL_WINDOW,
-    EventStats,
 )
-from bpfsym.report.ordered import SIDEBAND, _Aggregator, _Progress
+from bpfsym.report.progress import Progress as _Progress
+from bpfsym.report.query import ReportQuery
+from bpfsym.report.sideband import SIDEBAND, Sideband
 from bpfsym.symbolize.symbolizer import Symbolizer
 from bpfsym.symbolize.symbols import Sym
 
@@ -47,7 +48,7 @@ BULK_REFUSED = (
 BULK_NEEDS = K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME
 
 
-class _BulkAggregator(_Aggregator):
+class BulkPass:
     """The same pass as _Aggregator with numpy doing the per-sample work.
 
     Records are located and sample fields decoded for a window of the data section at
@@ -60,19 +61,7 @@ class _BulkAggregator(_Aggregator):
     are further split by the load/unload times of the functions that ever sat there.
     """
 
-    def __init__(
-        self,
-        pd: PerfData,
-        cap: Any,
-        keys: list[str],
-        callchains: bool,
-        bpf_only: bool,
-        kallsyms: str | None,
-        np: Any,
-        bulk: Any,
-        host: HostKallsyms | None = None,
-        parallel: bool | None = None,
-    ) -> None:
+    def __init__(self, pd: PerfData, query: ReportQuery, cap: Any, np: Any, bulk: Any) -> None:
         attrs = pd.attrs
         ev0 = attrs[0] if attrs else None
         if ev0 is None or ev0.sample_type & BULK_NEEDS != BULK_NEEDS or ev0.read_size is None:
@@ -82,10 +71,13 @@ class _BulkAggregator(_Aggregator):
         # of their samples shows up (each sample's event found as PerfData.attr_of_sample does)
         alike = [a.sample_type == ev0.sample_type and a.read_size == ev0.read_size for a in attrs]
         self.foreign = None if all(alike) else np.array([not x for x in alike], dtype=bool)
-        super().__init__(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
+        self.pd = pd
+        self.query = query
+        self.np = np
+        self.sideband = Sideband(pd, cap, query.kallsyms, np, query.host)
+        self.agg = Aggregates()
         self.bulk = bulk
-        self.parallel = parallel
-        self._set_header()  # file mode: before any side-band record
+        self.sideband.set_header()  # file mode: before any side-band record
         self.ev0 = ev0
         offs = field_offsets(pd.L.sample_prefix(ev0.sample_type))
         self.prefix_size = ev0.prefix.size
@@ -118,22 +110,22 @@ class _BulkAggregator(_Aggregator):
             self._part(BULK_WINDOW, None, False)
         else:
             self._run_split(*halves)
-        if not self.ready:
-            self._prepare()
+        if not self.sideband.ready:
+            self.sideband.prepare()
 
     def _halves(self) -> tuple[list[int], list[int], int] | None:
         """When two processes should share the samples (a large file and a second CPU):
         the window sizes of the first and of the second process, and how many windows
         make the first one's share (the same in both lists); None to read it in one."""
         size = self.bulk.nwords * 8
-        if self.parallel is None:
+        if self.query.parallel is None:
             try:
                 cpus = len(os.sched_getaffinity(0))
             except (AttributeError, OSError):
                 cpus = os.cpu_count() or 1
             if size < PARALLEL_MIN_BYTES or cpus < 2:
                 return None
-        elif not self.parallel or size < 16:
+        elif not self.query.parallel or size < 16:
             return None
         first = max(int(size * FIRST_SHARE) // 8 * 8, 8)
         k = -(-first // BULK_WINDOW)
@@ -170,7 +162,7 @@ class _BulkAggregator(_Aggregator):
             idx += 1
         if self.pending is not None or self.pending_sb:
             self._window(None, True, True)
-        self.nrec = self.seq
+        self.agg.records = self.seq
         progress.done()
 
     def _run_split(self, first: list[int], second: list[int], k: int) -> None:
@@ -180,8 +172,8 @@ class _BulkAggregator(_Aggregator):
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
-            if self.host is not None:
-                self.host = self.host.inherit()  # the text read once, for both
+            if self.sideband.host is not None:
+                self.sideband.host = self.sideband.host.inherit()  # the text read once, for both
             try:
                 try:
                     self._part(second, k, True)
@@ -217,14 +209,16 @@ class _BulkAggregator(_Aggregator):
     def _portable(self) -> tuple:
         """What the parent needs of this part: per event (first-sample order) its counts,
         rows and stacks, plus the totals; symbols travel as pickled Sym objects."""
-        events = [(e, st.samples, st.period, st.rows, st.stacks) for e, st in self.events.items()]
-        return events, self.total, self.lost, self.seq, self.sym.side_used
+        events = [
+            (e, st.samples, st.period, st.rows, st.stacks) for e, st in self.agg.events.items()
+        ]
+        return events, self.agg.total, self.agg.lost, self.seq, self.sideband.sym.side_used
 
     def _merge(self, body: tuple) -> None:
         """Add the other part's aggregates, its symbols made these when they are alike."""
         events, total, lost, seq, side_used = body
         same: dict[tuple, Sym] = {}
-        for ours in self.events.values():
+        for ours in self.agg.events.values():
             for key in ours.rows:
                 for x in key:
                     if type(x) is Sym:
@@ -237,23 +231,23 @@ class _BulkAggregator(_Aggregator):
             got = same.get(_sym_identity(x))
             if got is None:
                 got = same[_sym_identity(x)] = x
-                self.sym.adopt(x)
+                self.sideband.sym.adopt(x)
             return got
 
         for e, samples, period, rows, stacks in events:
-            st = self.events.get(e)
+            st = self.agg.events.get(e)
             if st is None:
-                st = self.events[e] = EventStats(self.pd.attrs[e])
+                st = self.agg.events[e] = EventStats(self.pd.attrs[e])
             st.samples += samples
             st.period += period
             for key, pn in rows.items():
                 _add_to(st.rows, tuple(mine(x) if type(x) is Sym else x for x in key), pn)
             for (head, chain), pn in stacks.items():
                 _add_to(st.stacks, (head, tuple(mine(x) for x in chain)), pn)
-        self.total += total
-        self.lost += lost
-        self.nrec = max(self.seq, seq)
-        self.sym.side_used = self.sym.side_used or side_used
+        self.agg.total += total
+        self.agg.lost += lost
+        self.agg.records = max(self.seq, seq)
+        self.sideband.sym.side_used = self.sideband.sym.side_used or side_used
 
     def _window(self, offs: Any, last: bool, samples: bool) -> None:
         np, b, pd = self.np, self.bulk, self.pd
@@ -285,18 +279,18 @@ class _BulkAggregator(_Aggregator):
             start = b.base + 8 * int(offs[i])
             size = sizes[j]
             if rtype in SIDEBAND:
-                item = self._sideband(rtype, miscs[j], b.buf, start, size, start)
+                item = self.sideband.decode(rtype, miscs[j], b.buf, start, size, start)
                 t = item[0] or 0
                 t_all[i] = t
                 sb_new.append((t, int(seqs[i]), rtype, item[1], miscs[j], i))
             elif rtype == F.RECORD_FINISHED_ROUND:
                 fr_at.append(i)
             elif rtype == K.RECORD_LOST:
-                if size >= 24 and samples:  # losses go with the part that has the samples
-                    self.lost += self.u64.unpack_from(b.buf, start + 16)[0]
+                if samples:  # losses go with the part that has the samples
+                    self.agg.lost += self.sideband.lost(rtype, b.buf, start, size)
             elif rtype == K.RECORD_LOST_SAMPLES:
-                if size >= 16 and samples:
-                    self.lost += self.u64.unpack_from(b.buf, start + 8)[0]
+                if samples:
+                    self.agg.lost += self.sideband.lost(rtype, b.buf, start, size)
             elif rtype == F.RECORD_ID_INDEX:
                 pd._id_index(b.buf, start, size, start)
             elif rtype in BULK_REFUSED:
@@ -353,8 +347,8 @@ class _BulkAggregator(_Aggregator):
                 self.pending_sb.append(x)
         sb_now.sort()
         if now is not None and len(now["t"]) or sb_now:
-            if not self.ready and now is not None and len(now["t"]):
-                self._prepare()  # kernel symbols: side-band records do without them
+            if not self.sideband.ready and now is not None and len(now["t"]):
+                self.sideband.prepare()  # kernel symbols: side-band records do without them
             self._deliver_bulk(now, sb_now)
 
     def _sample_layout(self) -> tuple[Any, int]:
@@ -443,7 +437,7 @@ class _BulkAggregator(_Aggregator):
         return i
 
     def _comm_id(self, tid: int) -> int:
-        c = self.sym.comms.get(tid)
+        c = self.sideband.sym.comms.get(tid)
         if c is None:
             c = f":{tid}"
         i = self.comm_ids.get(c)
@@ -455,17 +449,17 @@ class _BulkAggregator(_Aggregator):
     def _deliver_bulk(self, smp: dict[str, Any] | None, sbs: list[tuple]) -> None:
         """Deliver samples and side-band records (sbs sorted by (round, time, arrival))."""
         np = self.np
-        sym = self.sym
+        sym = self.sideband.sym
         nsb = len(sbs)
         if smp is None or not len(smp["t"]):
             for x in sbs:
-                self._apply(x[3], x[4], x[5])
+                self.sideband.apply(x[3], x[4], x[5])
             return
         t = smp["t"]
         n = len(t)
         cnt = self._places(smp, sbs)
         self._new_events(smp)
-        want_comm = "comm" in self.keys or "pid" in self.keys
+        want_comm = "comm" in self.query.keys or "pid" in self.query.keys
         mode = (smp["misc"] & 7).astype(np.int64)
         g_inv, ng = self._sym_groups(smp, sbs, cnt, mode)
         big = np.iinfo(np.int64).max
@@ -473,7 +467,7 @@ class _BulkAggregator(_Aggregator):
         np.minimum.at(g_rep, g_inv, cnt)
         g_first = np.full(ng, big, dtype=np.int64)
         np.minimum.at(g_first, g_inv, np.arange(n, dtype=np.int64))
-        chains = self.callchains and "chain" in smp
+        chains = self.query.callchains and "chain" in smp
         mode_g = mode[g_first]
         user_state = self._user_state
         user_bulk = user_state is not None
@@ -590,7 +584,7 @@ class _BulkAggregator(_Aggregator):
                 g_sym[gi] = self._sym_id(s)
             if c < nsb:
                 x = sbs[c]
-                self._apply(x[3], x[4], x[5])
+                self.sideband.apply(x[3], x[4], x[5])
         del first_l
         g_sym_a = np.array(g_sym, dtype=np.int64)
         if plain is not None:
@@ -615,7 +609,7 @@ class _BulkAggregator(_Aggregator):
         """Kernel groups whose symbol is the kallsyms one whatever the side-band records
         of this delivery do (no BPF function or out-of-line code ever covers their
         address), resolved in one lookup: (group indexes, symbol ids)."""
-        np, sym = self.np, self.sym
+        np, sym = self.np, self.sideband.sym
         ks = sym.kernel
         if ks is None or not len(ks):
             return None
@@ -710,13 +704,13 @@ class _BulkAggregator(_Aggregator):
     ) -> None:
         """Add the samples' call chains to the stacks of their events."""
         np = self.np
-        keys = self.keys
+        keys = self.query.keys
         want_tid = "pid" in keys
         want_cpu = "cpu" in keys
         ev = smp["ev"]
         period = smp["period"]
         at = np.arange(len(ev), dtype=np.int64)
-        if self.bpf_only:
+        if self.query.bpf_only:
             is_bpf = np.array([s.bpf is not None for s in self.syms], dtype=bool)
             at = np.flatnonzero(is_bpf[sym_of])
         if not len(at):
@@ -746,7 +740,7 @@ class _BulkAggregator(_Aggregator):
         cpu_l = smp["cpu"][first].tolist()
         names = self.comm_names
         chains = self.chain_list
-        events = self.events
+        events = self.agg.events
         for q in range(nst):
             head: tuple = (
                 (names[comm_l[q]], tid_l[q] if want_tid else 0) if comm_l is not None else ()
@@ -764,7 +758,7 @@ class _BulkAggregator(_Aggregator):
 
     def _user_bulk(self, g_sym: Any, groups: Any, state: Any, ips: Any, maps: list[tuple]) -> None:
         """Symbol ids of user-space groups (g_sym[groups]), by their state's memory maps."""
-        np, sym = self.np, self.sym
+        np, sym = self.np, self.sideband.sym
         # every state's maps as one sorted table of (state, start) -> map entry
         eids: dict[int, int] = {}
         ents: list[Any] = []
@@ -922,7 +916,7 @@ class _BulkAggregator(_Aggregator):
         for bk in unique(np, bucket)[0].tolist():
             sel = bucket == bk
             t0 = int(ts[np.flatnonzero(sel)[0]])
-            ids[sel] = self._sym_id(self.sym.resolve_kernel(ip, t0))
+            ids[sel] = self._sym_id(self.sideband.sym.resolve_kernel(ip, t0))
         return ids
 
     def _places(self, smp: dict[str, Any], sbs: list[tuple]) -> Any:
@@ -969,7 +963,7 @@ class _BulkAggregator(_Aggregator):
     ) -> None:
         """Add the samples to the rows of their events."""
         np = self.np
-        keys = self.keys
+        keys = self.query.keys
         want_tid = "pid" in keys
         want_cpu = "cpu" in keys
         want_ip = "srcline" in keys
@@ -978,12 +972,12 @@ class _BulkAggregator(_Aggregator):
         nev = len(self.pd.attrs)
         n_ev = np.bincount(ev, minlength=nev).tolist()
         for e in np.flatnonzero(n_ev).tolist():
-            st = self.events[e]
+            st = self.agg.events[e]
             st.samples += n_ev[e]
             st.period += int(period[ev == e].sum()) if nev > 1 else int(period.sum())
-        self.total += len(ev)
+        self.agg.total += len(ev)
         keep = None
-        if self.bpf_only:
+        if self.query.bpf_only:
             is_bpf = np.array([s.bpf is not None for s in self.syms], dtype=bool)
             keep = np.flatnonzero(is_bpf[sym_of])
         comm_of = np.array(c_comm, dtype=np.int64)[c_inv] if c_inv is not None else None
@@ -1028,7 +1022,7 @@ class _BulkAggregator(_Aggregator):
         cols_k.append([syms[i] for i in sym_l])
         if want_ip:
             cols_k.append(ip_l)
-        events = self.events
+        events = self.agg.events
         one = events[ev_l[0]].rows if nev == 1 else None
         for q, (k, p, c) in enumerate(zip(zip(*cols_k, strict=True), sums, counts, strict=True)):
             rows = one if one is not None else events[ev_l[q]].rows
@@ -1045,14 +1039,14 @@ class _BulkAggregator(_Aggregator):
         ev = smp["ev"]
         firsts = []
         for e in unique(np, ev)[0].tolist():
-            if e in self.events:
+            if e in self.agg.events:
                 continue
             sel = np.flatnonzero(ev == e)
             k, t, seq = smp["k"][sel], smp["t"][sel], smp["seq"][sel]
             i = np.lexsort((seq, t, k))[0]
             firsts.append(((int(k[i]), int(t[i]), int(seq[i])), e))
         for _, e in sorted(firsts):
-            self.events[e] = EventStats(self.pd.attrs[e])
+            self.agg.events[e] = EventStats(self.pd.attrs[e])
 
 
 @functools.cache

@@ -66,7 +66,7 @@ def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
     def broken(self: object) -> tuple:
         raise RuntimeError("child went wrong")  # only the forked child calls this
 
-    monkeypatch.setattr(bulk._BulkAggregator, "_portable", broken)
+    monkeypatch.setattr(bulk.BulkPass, "_portable", broken)
     path = os.path.join(FIX, "bpf.data")
     an = analyze(path, None, None, True, False, EMPTY, None, True, True)
     assert not an.accelerated  # the record-by-record reader did it instead
