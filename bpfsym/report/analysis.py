@@ -25,15 +25,7 @@ from bpfsym.report.query import DEFAULT_KEYS, KeyLayout, ReportQuery
 from bpfsym.symbolize.symbolizer import Symbolizer
 from bpfsym.symbolize.symbols import UNRESOLVED
 
-BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
-
 NUMPY_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it saves
-
-PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
-
-FIRST_SHARE = 0.5  # of the file, read by the first of two processes
-
-TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 
 GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
 
@@ -208,8 +200,11 @@ def _read(query: ReportQuery, cap: Any) -> Analysis:
 def _bulk_analysis(pd: PerfData, query: ReportQuery, cap: Any, np: Any) -> Analysis | None:
     """The analysis by the bulk pass, or None (pd rewound) for the record-by-record one."""
     from bpfsym.report.bulk import BulkPass
+    from bpfsym.report.window import bulk_refusal
 
-    data = pd.bulk(np)
+    if bulk_refusal(pd) is not None:  # the header says so
+        return None
+    data = pd.bulk(np)  # None: not a regular file's whole words
     if data is None:
         return None
     try:
