@@ -45,7 +45,7 @@ class BulkPass:
         self.rounds = Rounds(np)
         ids = Interned(self.sideband.sym)
         self.delivery = BulkDelivery(
-            np, data, pd.little, self.sideband, ids, Accumulator(np, pd, query, self.agg, ids),
+            np, data, self.sideband, ids, Accumulator(np, pd, query, self.agg, ids),
             query.callchains, query.layout.thread,
         )  # fmt: skip
         self.seq = 0  # records read

@@ -12,7 +12,6 @@ there, since a sample's time picks among them (symbolize.timeline.BpfTimeline.pi
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from bpfsym.formats import perf as K
@@ -43,7 +42,6 @@ class BulkDelivery:
         self,
         np: Any,
         data: BulkData,
-        little: bool,
         sideband: Sideband,
         ids: Interned,
         acc: Accumulator,
@@ -52,7 +50,6 @@ class BulkDelivery:
     ) -> None:
         self.np = np
         self.data = data
-        self.little = little
         self.sideband = sideband
         self.ids = ids
         self.acc = acc
@@ -71,10 +68,7 @@ class BulkDelivery:
         self.acc.new_events(samples)
         mode = (samples["misc"] & 7).astype(np.int64)  # PERF_RECORD_MISC_CPUMODE_MASK
         addr, users = address_groups(np, samples, sideband, before, mode)
-        addresses = _Addresses(self, samples, addr, mode, users)
-        plain = self._plain_kernel(sideband, addresses.mode, samples["ip"][addr.first])
-        if plain is not None:
-            addresses.resolved(plain[0])
+        addresses = _Addresses(self, samples, addr, mode, users, sideband)
         probes: list[_Probe] = [addresses]
         maps = None
         if users is not None:
@@ -90,48 +84,11 @@ class BulkDelivery:
             chains = _Chains(self, samples, groups, mode)
             probes.append(chains)
         _walk(np, probes, sideband, apply)
-        sym_of = addresses.sym_of(plain, maps)
+        sym_of = addresses.sym_of(maps)
         comm_of = comms.comm_of() if comms is not None else None
         self.acc.rows(samples, sym_of, addr.of, addr.count, comm_of)
         if chains is not None:
             self.acc.stacks(samples, sym_of, chains.chain_of(), comm_of)
-
-    def _plain_kernel(
-        self, sideband: list[Outgoing], group_mode: Any, group_ip: Any
-    ) -> tuple[Any, Any] | None:
-        """Kernel groups whose symbol is the kallsyms one whatever the side-band records
-        of this delivery do (no BPF function or out-of-line code ever covers their
-        address), resolved in one lookup: (group indexes, symbol ids)."""
-        np, sym = self.np, self.sideband.sym
-        ks = sym.kernel
-        if ks is None or not len(ks):
-            return None
-        kern = np.flatnonzero(group_mode == F.MISC_KERNEL)
-        if not len(kern):
-            return None
-        ips = group_ip[kern]
-        lo, hi = sym.bpf_envelope()
-        ool = [(a, a + max(n, 1)) for a, (n, _) in sym.ool.items()]
-        for x in sideband:
-            if x.rtype == K.RECORD_KSYMBOL:
-                addr, length, ktype = x.args[0], x.args[1], x.args[2]
-                if ktype == K.KSYMBOL_TYPE_BPF:
-                    lo, hi = min(lo, addr), max(hi, addr + max(length, 1))
-                else:
-                    ool.append((addr, addr + max(length, 1)))
-        slow = np.zeros(len(ips), dtype=bool)
-        if hi > lo:
-            slow |= (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
-        for a, e in ool:
-            slow |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
-        idx = np.searchsorted(ks.addr_array(np), ips, side="right").astype(np.int64) - 1
-        ok = np.flatnonzero(~slow & (idx >= 0))
-        if not len(ok):
-            return None
-        u, inv = unique(np, idx[ok])
-        sym_id = self.ids.sym_id
-        ids = np.array([sym_id(sym.kernel_sym(i)) for i in u.tolist()], dtype=np.int64)
-        return kern[ok], ids[inv]
 
 
 class _Probe:
@@ -144,8 +101,9 @@ class _Probe:
 
 
 def _walk(np: Any, probes: list[_Probe], sideband: list[Outgoing], apply: Any) -> None:
-    """Apply the side-band records in order, resolving before record c the groups placed
-    at c (at equal places: in the order of probes, then of groups; ids are numbered so)."""
+    """Apply the side-band records in order, resolving before record i the groups placed
+    at i (at equal places: in the order of probes, then of groups: the order the ids are
+    numbered in, which orders the rows)."""
     at = np.concatenate([p.at for p in probes])
     kind = np.concatenate([np.full(len(p.at), k, dtype=np.int64) for k, p in enumerate(probes)])
     index = np.concatenate([np.arange(len(p.at)) for p in probes])
@@ -154,12 +112,12 @@ def _walk(np: Any, probes: list[_Probe], sideband: list[Outgoing], apply: Any) -
     resolvers = [p.resolve for p in probes]
     p = 0
     nprobe = len(at_l)
-    for c in range(len(sideband) + 1):
-        while p < nprobe and at_l[p] == c:
+    for place in range(len(sideband) + 1):
+        while p < nprobe and at_l[p] == place:
             resolvers[kind_l[p]](index_l[p])
             p += 1
-        if c < len(sideband):
-            x = sideband[c]
+        if place < len(sideband):
+            x = sideband[place]
             apply(x.rtype, x.args, x.misc)
 
 
@@ -167,7 +125,13 @@ class _Addresses(_Probe):
     """Address groups: a symbol each (per time bucket at BPF addresses)."""
 
     def __init__(
-        self, d: BulkDelivery, samples: Samples, groups: Groups, mode: Any, users: Any
+        self,
+        d: BulkDelivery,
+        samples: Samples,
+        groups: Groups,
+        mode: Any,
+        users: UserStates | None,
+        sideband: list[Outgoing],
     ) -> None:
         np = d.np
         self.np = np
@@ -182,6 +146,9 @@ class _Addresses(_Probe):
         self.at = groups.at.copy()
         if users is not None:
             self.at[self.mode == F.MISC_USER] = BIG  # in bulk, after the walk
+        self.plain = self._plain_kernel(sideband, samples["ip"][first])
+        if self.plain is not None:
+            self.at[self.plain[0]] = BIG  # resolved already
         self.ip = samples["ip"][first].tolist()
         self.pid = samples["pid"][first].tolist()
         self.mode_l = self.mode.tolist()
@@ -190,9 +157,40 @@ class _Addresses(_Probe):
         self.timed: list[tuple[Any, Any]] = []  # (samples, their symbol ids): BPF, by time
         self.members = Members(np, groups.of, groups.count)
 
-    def resolved(self, groups: Any) -> None:
-        """These groups are resolved already: out of the walk."""
-        self.at[groups] = BIG
+    def _plain_kernel(self, sideband: list[Outgoing], group_ip: Any) -> tuple[Any, Any] | None:
+        """Kernel groups whose symbol is the kallsyms one whatever the side-band records
+        of this delivery do (no BPF function or out-of-line code ever covers their
+        address), resolved in one lookup: (group indexes, symbol ids)."""
+        np, sym = self.np, self.sym
+        kallsyms = sym.kernel
+        if kallsyms is None or not len(kallsyms):
+            return None
+        kernel_groups = np.flatnonzero(self.mode == F.MISC_KERNEL)
+        if not len(kernel_groups):
+            return None
+        ips = group_ip[kernel_groups]
+        lo, hi = sym.bpf_envelope()
+        out_of_line = [(a, a + max(n, 1)) for a, (n, _) in sym.ool.items()]
+        for x in sideband:
+            if x.rtype == K.RECORD_KSYMBOL:
+                addr, length, ktype = x.args[0], x.args[1], x.args[2]
+                if ktype == K.KSYMBOL_TYPE_BPF:
+                    lo, hi = min(lo, addr), max(hi, addr + max(length, 1))
+                else:
+                    out_of_line.append((addr, addr + max(length, 1)))
+        covered = np.zeros(len(ips), dtype=bool)  # by code other than kallsyms', some time
+        if hi > lo:
+            covered |= (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
+        for a, e in out_of_line:
+            covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+        index = np.searchsorted(kallsyms.addr_array(np), ips, side="right").astype(np.int64) - 1
+        plain = np.flatnonzero(~covered & (index >= 0))
+        if not len(plain):
+            return None
+        symbols, which = unique(np, index[plain])
+        sym_id = self.d.ids.sym_id
+        ids = np.array([sym_id(sym.kernel_sym(i)) for i in symbols.tolist()], dtype=np.int64)
+        return kernel_groups[plain], ids[which]
 
     def resolve(self, g: int) -> None:
         sym = self.sym
@@ -201,8 +199,8 @@ class _Addresses(_Probe):
             s = sym.resolve_kernel(ip, self.t_first[g])
             entry = sym.kcache.get(ip)
             if type(entry) is tuple:  # BPF candidates: which one depends on the time
-                mem = self.members(g)
-                self.timed.append((mem, self._by_time(entry, ip, self.t[mem])))
+                members = self.members(g)
+                self.timed.append((members, self._by_time(entry, ip, self.t[members])))
         else:
             s = sym.resolve(m, self.pid[g], ip, self.t_first[g])
         self.sym_ids[g] = self.d.ids.sym_id(s)
@@ -210,25 +208,26 @@ class _Addresses(_Probe):
     def _by_time(self, entry: tuple, ip: int, ts: Any) -> Any:
         """Symbol ids for samples at a BPF address, by which function was alive when."""
         np = self.np
-        side, perfc, _fallback = entry
-        bps = sorted({x for f in (*side, *perfc) for x in (f.load, f.unload) if x is not None})
-        bucket = np.searchsorted(np.array(bps, dtype=np.uint64), ts, side="right")
+        side, perf, _fallback = entry  # Symbolizer.kcache's entry for a BPF address
+        times = sorted({x for f in (*side, *perf) for x in (f.load, f.unload) if x is not None})
+        bucket = np.searchsorted(np.array(times, dtype=np.uint64), ts, side="right")
         ids = np.empty(len(ts), dtype=np.int64)
-        for bk in unique(np, bucket)[0].tolist():
-            sel = bucket == bk
+        for b in unique(np, bucket)[0].tolist():
+            sel = bucket == b
             t0 = int(ts[np.flatnonzero(sel)[0]])
             ids[sel] = self.d.ids.sym_id(self.sym.resolve_kernel(ip, t0))
         return ids
 
-    def sym_of(self, plain: tuple[Any, Any] | None, maps: _MapsSeen | None) -> Any:
-        """Each sample's symbol id, once the walk is done."""
+    def sym_of(self, maps: _MapsSeen | None) -> Any:
+        """Each sample's symbol id, once the walk is done (maps: what it saw of the user
+        states' memory maps)."""
         np = self.np
         groups = self.groups
         group_sym = np.array(self.sym_ids, dtype=np.int64)
-        if plain is not None:
-            group_sym[plain[0]] = plain[1]
-        if maps is not None:
-            users: UserStates = self.users
+        if self.plain is not None:
+            group_sym[self.plain[0]] = self.plain[1]
+        users = self.users
+        if maps is not None and users is not None:
             user_groups = np.flatnonzero(self.mode == F.MISC_USER)
             state_of = np.zeros(len(groups.of), dtype=np.int64)
             state_of[users.samples] = users.groups.of
@@ -238,8 +237,8 @@ class _Addresses(_Probe):
                 self.ip_all[first], maps.maps,
             )  # fmt: skip
         sym_of = group_sym[groups.of]
-        for mem, ids in self.timed:
-            sym_of[mem] = ids
+        for members, ids in self.timed:
+            sym_of[members] = ids
         return sym_of
 
 
@@ -291,49 +290,48 @@ class _Chains(_Probe):
         self.chain_ids = [-1] * groups.count  # -1: by time, see timed
         self.timed: list[tuple[Any, list[int]]] = []
         self.members = Members(np, groups.of, groups.count)
-        self.word_at = (d.data.base + 8 * (samples["chain"][first] + 1)).tolist()
+        self.word_at = (samples["chain"][first] + 1).tolist()  # each chain's first entry
         self.nr = samples["nr"][first].tolist()
         self.ip = samples["ip"][first].tolist()
         self.pid = samples["pid"][first].tolist()
         self.mode = mode[first].tolist()
         self.t_first = self.t[first].tolist()
-        self.buf = d.data.buf
-        self.order = "<" if d.little else ">"
+        self.words = d.data.u64  # the data section's words, in the file's byte order
         self.times_gen, self.times = -1, None  # BPF load/unload times, as of kgen
 
     def resolve(self, g: int) -> None:
         sym = self.sym
-        a, nr = self.word_at[g], self.nr[g]
-        words = struct.unpack(f"{self.order}{nr}Q", self.buf[a : a + 8 * nr])
-        m, pid, ip = self.mode[g], self.pid[g], self.ip[g]
-        res, timeless = sym.resolve_chain(m, pid, ip, words, self.t_first[g])
+        at, nr = self.word_at[g], self.nr[g]
+        words = self.words[at : at + nr].tolist()
+        mode, pid, ip = self.mode[g], self.pid[g], self.ip[g]
+        chain, timeless = sym.resolve_chain(mode, pid, ip, words, self.t_first[g])
         if timeless:
-            self.chain_ids[g] = self.ids.chain_id(res)
+            self.chain_ids[g] = self.ids.chain_id(chain)
             return
         # through BPF code: alike between two load/unload times
         np = self.np
-        mem = self.members(g)
-        ts = self.t[mem]
+        members = self.members(g)
+        ts = self.t[members]
         if self.times_gen != sym.kgen:
             self.times_gen, self.times = sym.kgen, np.array(_bpf_times(sym), dtype=np.uint64)
         bucket = np.searchsorted(self.times, ts, side="right")
-        if len(mem) == 1 or bucket.min() == bucket.max():
-            self.chain_ids[g] = self.ids.chain_id(res)  # all between the same two times
+        if len(members) == 1 or bucket.min() == bucket.max():
+            self.chain_ids[g] = self.ids.chain_id(chain)  # all between the same two times
             return
-        ids = [0] * len(mem)
-        for bk in unique(np, bucket)[0].tolist():
-            sel = np.flatnonzero(bucket == bk)
-            res = sym.resolve_chain(m, pid, ip, words, int(ts[sel[0]]))[0]
-            cid = self.ids.chain_id(res)
+        ids = [0] * len(members)
+        for b in unique(np, bucket)[0].tolist():
+            sel = np.flatnonzero(bucket == b)
+            chain = sym.resolve_chain(mode, pid, ip, words, int(ts[sel[0]]))[0]
+            chain_id = self.ids.chain_id(chain)
             for q in sel.tolist():
-                ids[q] = cid
-        self.timed.append((mem, ids))
+                ids[q] = chain_id
+        self.timed.append((members, ids))
 
     def chain_of(self) -> Any:
         """Each sample's chain id."""
         chain_of = self.np.array(self.chain_ids, dtype=self.np.int64)[self.groups.of]
-        for mem, ids in self.timed:
-            chain_of[mem] = ids
+        for members, ids in self.timed:
+            chain_of[members] = ids
         return chain_of
 
 

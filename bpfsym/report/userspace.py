@@ -65,30 +65,31 @@ def user_group_syms(
     shift = np.uint64(addr_bits)
     map_key = (map_state.astype(np.uint64) << shift) | map_addr.astype(np.uint64)
     group_key = (state.astype(np.uint64) << shift) | group_addr.astype(np.uint64)
-    j = np.searchsorted(map_key, group_key, side="right").astype(np.int64) - 1
-    jj = np.maximum(j, 0)
-    e = map_entry[jj] if len(map_entry) else np.zeros(len(ips), dtype=np.int64)
+    below = np.searchsorted(map_key, group_key, side="right").astype(np.int64) - 1
+    row = np.maximum(below, 0)  # the table row of the map starting at or below each
     if len(map_entry):
-        inside = (j >= 0) & (map_state[jj] == state) & (ips < entry_end[e])
-    else:
-        inside = j < -1  # no maps at all: nothing inside
-    out = np.flatnonzero(~inside)
-    if len(out):
+        entry = map_entry[row]
+        inside = (below >= 0) & (map_state[row] == state) & (ips < entry_end[entry])
+    else:  # no maps at all: nothing inside
+        entry = np.zeros(len(ips), dtype=np.int64)
+        inside = below < -1
+    outside = np.flatnonzero(~inside)
+    if len(outside):
         nmaps = np.bincount(map_state, minlength=len(maps))
-        empty = (nmaps[state[out]] == 0).tolist()
-        for g, ip, none in zip(groups[out].tolist(), ips[out].tolist(), empty, strict=True):
+        empty = (nmaps[state[outside]] == 0).tolist()
+        for g, ip, none in zip(groups[outside].tolist(), ips[outside].tolist(), empty, strict=True):
             why = "no memory map for the process" if none else "address outside every memory map"
             group_sym[g] = ids.sym_id(sym.unresolved("[unknown]", ".", ip, why))
-    inn = np.flatnonzero(inside)
-    if not len(inn):
+    mapped = np.flatnonzero(inside)
+    if not len(mapped):
         return
-    e = e[inn]
-    rel = ips[inn] - entry_start[e] + entry_pgoff[e]  # the file offset mapped there
-    f = entry_file[e]
-    order = np.argsort(f, kind="stable")
-    bounds = np.flatnonzero(np.diff(f[order])) + 1
+    entry = entry[mapped]
+    rel = ips[mapped] - entry_start[entry] + entry_pgoff[entry]  # the file offset mapped there
+    file = entry_file[entry]
+    order = np.argsort(file, kind="stable")
+    bounds = np.flatnonzero(np.diff(file[order])) + 1
     for part in np.split(order, bounds):  # the groups in one file
-        m = entries[int(e[part[0]])]
+        m = entries[int(entry[part[0]])]
         codes, syms = sym.user_file_syms(np, m, rel[part])
         sym_ids = np.array([ids.sym_id(s) for s in syms], dtype=np.int64)
-        group_sym[groups[inn[part]]] = sym_ids[codes]
+        group_sym[groups[mapped[part]]] = sym_ids[codes]
