@@ -166,8 +166,7 @@ def analyze_query(query: ReportQuery) -> Analysis:
 def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a report makes its many small objects.
 
-    They hold no cycles, and the collector would scan them again and again (call-graph
-    reports ran a fifth faster without it)."""
+    They hold no cycles, and the collector would scan them again and again."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -47,7 +47,6 @@ class OrderedPass:
         self.agg = Aggregates()
         self.chain_cache: dict[tuple, tuple[Sym, ...]] = {}
         self.chain_kgen = -1
-        self.u64 = struct.Struct("<Q" if pd.little else ">Q")
 
     def run(self) -> None:
         pd = self.pd
@@ -65,10 +64,10 @@ class OrderedPass:
         ix = (-1, -1, -1, -1, -1, -1)
         t_i = -1
         psize = 0
-        unpack = struct.Struct("<").unpack_from
+        unpack = struct.Struct("<").unpack_from  # the prefix's, from the first sample on
         ev0 = None
         by_id = pd.id_to_attr
-        u64 = self.u64.unpack_from
+        u64 = pd.u64.unpack_from  # the event id of a sample
         for rtype, misc, buf, start, size, off in pd.records():
             # pipe mode: HEADER_ATTR records can move the event id
             id_at = -1 if pd.sample_id_pos is None else 8 + pd.sample_id_pos

@@ -58,13 +58,13 @@ class Sideband:
         self.header_set = False  # the header's BPF_PROG_INFO, BTF and build ids handed over
         # the kernel map's ref-reloc symbol and its address when recorded ("_text", pgoff)
         self.kernel_reloc: tuple[str, int] | None = None
-        little = pd.little
-        fast = K.layouts(little).fast
+        fast = K.layouts(pd.little).fast
         self.ksym_head = fast.ksymbol  # addr, len, ksym_type, flags
         self.bpf_head = fast.bpf_event  # type, flags, id, tag
-        self.fork_body = struct.Struct("<IIII" if little else ">IIII")  # pid, ppid, tid, ptid
-        self.u64 = struct.Struct("<Q" if little else ">Q")
         L = pd.L
+        self.fork_body = fixed_head(L.fork, "time")[0]  # pid, ppid, tid, ptid
+        self.lost_body = fast.lost  # id, lost
+        self.lost_samples_body = formats_struct_of(L.lost_samples)[0]  # lost
         self.comm_head = fixed_head(L.comm, "comm")[0]  # pid, tid
         self.mmap_head = fixed_head(L.mmap, "filename")[0]  # pid, tid, addr, len, pgoff
         self.mmap2_head = fixed_head(L.mmap2, "filename")[0]  # ... dev_or_build_id, prot, flags
@@ -90,8 +90,10 @@ class Sideband:
     def lost(self, rtype: int, buf: Any, start: int, size: int) -> int:
         """The samples a LOST (u64 id, lost) or LOST_SAMPLES (u64 lost) record counts."""
         if rtype == K.RECORD_LOST:
-            return self.u64.unpack_from(buf, start + 16)[0] if size >= 24 else 0
-        return self.u64.unpack_from(buf, start + 8)[0] if size >= 16 else 0
+            body = self.lost_body
+            return body.unpack_from(buf, start + 8)[1] if size >= 8 + body.size else 0
+        body = self.lost_samples_body
+        return body.unpack_from(buf, start + 8)[0] if size >= 8 + body.size else 0
 
     def decode(
         self, rtype: int, misc: int, buf: Any, start: int, size: int, off: int
