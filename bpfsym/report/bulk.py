@@ -71,6 +71,7 @@ class BulkPass:
         index = 0
         while True:
             if share.done(index) and self.rounds.waiting is None:
+                progress.done()
                 return  # the rest of the file only concerns the other share
             got = next(windows, None)
             if got is None:
