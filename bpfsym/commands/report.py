@@ -12,8 +12,9 @@ import os
 import sys
 
 from bpfsym.errors import FormatError
-from bpfsym.report.analysis import analyze, gc_paused
-from bpfsym.report.render import render_folded, render_json, render_stdio
+from bpfsym.report.analysis import analyze_query, gc_paused
+from bpfsym.report.query import DEFAULT_KEYS, ReportQuery
+from bpfsym.report.render import render
 
 EPILOG = """examples:
   bpfsym report                                  # perf.data (+ perf.data.bpfsym if there)
@@ -77,33 +78,39 @@ def default_side(inp: str) -> str | None:
     return cand if inp != "-" and os.path.exists(cand) else None
 
 
-def run(args: argparse.Namespace) -> int:
-    side = None if args.no_side else (args.side or default_side(args.input))
-    keys = args.sort or ["comm", "dso", "sym"]
+def query_of(args: argparse.Namespace) -> ReportQuery:
+    """The report the command line asks for."""
+    keys = args.sort or list(DEFAULT_KEYS)
     folded = bool(getattr(args, "folded", False))
-    callchains = bool(args.call_graph) or folded
     if folded and "comm" not in keys:
-        keys = ["comm", *keys]
-    stream = sys.stdin.buffer if args.input == "-" else None
+        keys = ["comm", *keys]  # a folded line starts with the command
+    return ReportQuery(
+        path=args.input,
+        stream=sys.stdin.buffer if args.input == "-" else None,
+        side=None if args.no_side else (args.side or default_side(args.input)),
+        keys=tuple(keys),
+        callchains=bool(args.call_graph) or folded,
+        bpf_only=args.bpf_only,
+        kallsyms=args.kallsyms,
+        output="json" if args.json else "folded" if folded else "stdio",
+        percent_limit=args.percent_limit,
+        host=getattr(args, "kallsyms_reader", None),  # started by the cli before its imports
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    query = query_of(args)
     try:
-        an = analyze(
-            args.input, side, keys, callchains, args.bpf_only, args.kallsyms, stream,
-            host=getattr(args, "kallsyms_reader", None),
-        )  # fmt: skip
+        an = analyze_query(query)
     except FileNotFoundError as e:
-        raise FormatError(e.filename or args.input, 0, "no such file") from None
+        raise FormatError(e.filename or query.path, 0, "no such file") from None
     if args.pprof:
         from bpfsym.report.pprof import write_pprof
 
-        write_pprof(an, args.pprof, side)
+        write_pprof(an, args.pprof, query.side)
         return 0
     with gc_paused():
-        if args.json:
-            text = render_json(an, side)
-        elif folded:
-            text = render_folded(an)
-        else:
-            text = render_stdio(an, side, args.percent_limit)
+        text = render(an, query)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -13,37 +13,21 @@ import gc
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bpfsym.errors import FormatError
 from bpfsym.live.host import HostKallsyms
 from bpfsym.read.bulk import NotBulk
-from bpfsym.read.perfdata import EventAttr, PerfData
-from bpfsym.symbolize.symbols import UNRESOLVED, Sym
-
-PROGRESS_MIN_BYTES = 64 << 20
-
-BULK_WINDOW = 32 << 20  # bytes of records located and decoded at once
+from bpfsym.read.perfdata import PerfData
+from bpfsym.report.aggregates import Aggregates, EventStats
+from bpfsym.report.query import DEFAULT_KEYS, KeyLayout, ReportQuery
+from bpfsym.symbolize.symbolizer import Symbolizer
+from bpfsym.symbolize.symbols import UNRESOLVED
 
 NUMPY_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it saves
 
-PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
-
-FIRST_SHARE = 0.5  # of the file, read by the first of two processes
-
-TAIL_WINDOW = 1 << 20  # the first process's windows past its share
-
 GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
-
-
-@dataclass
-class EventStats:
-    attr: EventAttr
-    samples: int = 0
-    period: int = 0
-    rows: dict[tuple, list[int]] = field(default_factory=dict)  # key -> [period, samples]
-    stacks: dict[tuple, list[int]] = field(default_factory=dict)  # (head, syms) -> [p, n]
 
 
 @dataclass
@@ -54,6 +38,7 @@ class Analysis:
     header: Any
     events: dict[int, EventStats]
     keys: list[str]
+    layout: KeyLayout
     origins: dict[str, int]
     unresolved: dict[str, int]
     notes: list[str]
@@ -131,32 +116,47 @@ def analyze(
     parallel: bool | None = None,
     host: HostKallsyms | None = None,
 ) -> Analysis:
+    """analyze_query with the query's fields as parameters (tests call it so)."""
+    query = ReportQuery(
+        path=path,
+        stream=stream,
+        side=side,
+        keys=tuple(keys or DEFAULT_KEYS),
+        callchains=callchains,
+        bpf_only=bpf_only,
+        kallsyms=kallsyms,
+        accelerate=accelerate,
+        parallel=parallel,
+        host=host,
+    )
+    return analyze_query(query)
+
+
+def analyze_query(query: ReportQuery) -> Analysis:
     """Stream a perf.data file and aggregate its samples by the sort keys.
 
-    host: the host's /proc/kallsyms being read beside (the command line starts one before
-    its imports); made here when needed and not given.
+    query.host: the host's /proc/kallsyms being read beside (the command line starts one
+    before its imports); made here when needed and not given.
 
-    accelerate: use numpy for the bulk of the samples (None: when it is installed);
-    parallel: with numpy, share the samples between two processes (None: for large
+    query.accelerate: use numpy for the bulk of the samples (None: when it is installed);
+    query.parallel: with numpy, share the samples between two processes (None: for large
     files when a second CPU is there). The result is the same either way.
     """
-    keys = keys or ["comm", "dso", "sym"]
     cap = None
-    if side:
+    if query.side:
         from bpfsym.read.sidefile import read_capture
 
-        cap = read_capture(side)
-    if not kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
+        cap = read_capture(query.side)
+    host = query.host
+    if not query.kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
         if host is None:
             host = HostKallsyms()  # read while numpy loads; most reports here need it
     elif host is not None:
         host = None  # not needed after all: its thread finishes on its own
+    query = replace(query, host=host)
     try:
         with gc_paused():
-            return _analyze(
-                path, cap, keys, callchains, bpf_only, kallsyms, stream, accelerate, host,
-                parallel,
-            )  # fmt: skip
+            return _read(query, cap)
     finally:
         if host is not None:
             host.close()
@@ -166,8 +166,7 @@ def analyze(
 def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a report makes its many small objects.
 
-    They hold no cycles, and the collector would scan them again and again (call-graph
-    reports ran a fifth faster without it)."""
+    They hold no cycles, and the collector would scan them again and again."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -177,43 +176,51 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze(
-    path: str,
-    cap: Any,
-    keys: list[str],
-    callchains: bool,
-    bpf_only: bool,
-    kallsyms: str | None,
-    stream: Any,
-    accelerate: bool | None,
-    host: HostKallsyms | None,
-    parallel: bool | None = None,
-) -> Analysis:
-    small = accelerate is None and stream is None and _size(path) < NUMPY_MIN_BYTES
-    from bpfsym.report.bulk import _BulkAggregator
-    from bpfsym.report.ordered import _Aggregator
+def _read(query: ReportQuery, cap: Any) -> Analysis:
+    """The analysis of one pass over the file, opened once: the bulk (numpy) pass when
+    the file allows it, else (or when it refuses the file mid-way) the record-by-record
+    pass, which then reports any real format error."""
+    stream = query.stream
+    small = query.accelerate is None and stream is None and _size(query.path) < NUMPY_MIN_BYTES
+    np = _numpy() if query.accelerate is not False and not small else None
+    from bpfsym.report.ordered import OrderedPass
 
-    np = _numpy() if accelerate is not False and not small else None
-    if np is not None and stream is None:
-        pd = PerfData(path)
-        with pd:
-            bulk = pd.bulk(np)
-            if bulk is not None:
-                try:
-                    a: _Aggregator = _BulkAggregator(
-                        pd, cap, keys, callchains, bpf_only, kallsyms, np, bulk, host, parallel
-                    )
-                    a.run()
-                    an = _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
-                    an.accelerated = True
-                    return an
-                except (NotBulk, FormatError):
-                    pass  # the record-by-record reader says what is wrong, or copes
-    pd = PerfData(path, stream)
+    pd = PerfData(query.path, stream)
     with pd:
-        a = _Aggregator(pd, cap, keys, callchains, bpf_only, kallsyms, np, host)
-        a.run()
-        return _with_runtime(_analysis(pd, a, keys, callchains, bpf_only), cap)
+        if np is not None and stream is None:
+            an = _bulk_analysis(pd, query, cap, np)
+            if an is not None:
+                return an
+        ordered = OrderedPass(pd, query, cap, np)
+        ordered.run()
+        return _with_runtime(_analysis(pd, ordered.sideband.sym, ordered.agg, query), cap)
+
+
+def _bulk_analysis(pd: PerfData, query: ReportQuery, cap: Any, np: Any) -> Analysis | None:
+    """The analysis by the bulk pass, or None (pd rewound) for the record-by-record one."""
+    from bpfsym.report.bulk import BulkPass
+    from bpfsym.report.window import bulk_refusal
+
+    if bulk_refusal(pd) is not None:  # the header says so
+        return None
+    data = pd.bulk(np)  # None: not a regular file's whole words
+    if data is None:
+        return None
+    try:
+        bulk = BulkPass(pd, query, cap, np, data)
+        bulk.run()
+    except (NotBulk, FormatError):
+        _rewind(pd)  # the record-by-record reader says what is wrong, or copes
+        return None
+    an = _analysis(pd, bulk.sideband.sym, bulk.agg, query)
+    an.accelerated = True
+    return _with_runtime(an, cap)
+
+
+def _rewind(pd: PerfData) -> None:
+    """Back to the start of the data section for another pass (records() reads from the
+    file's position; the bulk pass reads through its own mapping)."""
+    pd._f.seek(pd.data_offset)
 
 
 def _with_runtime(an: Analysis, cap: Any) -> Analysis:
@@ -238,18 +245,18 @@ def _numpy() -> Any:
     return numpy
 
 
-def _analysis(pd: PerfData, a: Any, keys: list[str], callchains: bool, bpf_only: bool) -> Analysis:
-    a.sym.demangle()  # before anything renders a name
+def _analysis(pd: PerfData, sym: Symbolizer, agg: Aggregates, query: ReportQuery) -> Analysis:
+    sym.demangle()  # before anything renders a name
+    layout = query.layout
     origins: dict[str, int] = {}
     unresolved: dict[str, int] = {}
-    for st in a.events.values():
+    for st in agg.events.values():
         for key, (_period, n) in st.rows.items():
-            s = _unpack_key(key, keys)[3]
+            s = layout.unpack(key)[3]
             origins[s.origin] = origins.get(s.origin, 0) + n
             if s.origin == UNRESOLVED:
                 unresolved[s.reason] = unresolved.get(s.reason, 0) + n
     notes: list[str] = []
-    sym = a.sym
     if sym.kernel is not None:
         notes.append(f"kernel symbols: {sym.kernel.note}")
     elif sym.kernel_note:
@@ -259,32 +266,16 @@ def _analysis(pd: PerfData, a: Any, keys: list[str], callchains: bool, bpf_only:
         pipe=pd.pipe,
         little=pd.little,
         header=pd.header,
-        events=dict(sorted(a.events.items())),  # in attr order, as perf lists them
-        keys=keys,
+        events=dict(sorted(agg.events.items())),  # in attr order, as perf lists them
+        keys=list(query.keys),
+        layout=layout,
         origins=dict(sorted(origins.items(), key=lambda x: (-x[1], x[0]))),
         unresolved=dict(sorted(unresolved.items(), key=lambda x: (-x[1], x[0]))),
         notes=notes,
-        lost=a.lost,
-        records=a.nrec,
+        lost=agg.lost,
+        records=agg.records,
         compressed=pd.compressed_records,
-        bpf_only=bpf_only,
-        callchains=callchains,
-        total_samples=a.total,
+        bpf_only=query.bpf_only,
+        callchains=query.callchains,
+        total_samples=agg.total,
     )
-
-
-def _unpack_key(key: tuple, keys: list[str]) -> tuple[str, int, int, Sym, int]:
-    """Undo the packing of the hot loop: (cpu?, comm, tid, sym, ip?)."""
-    i = 0
-    cpu = -1
-    comm = ""
-    tid = 0
-    if "cpu" in keys:
-        cpu = key[0]
-        i = 1
-    if "comm" in keys or "pid" in keys:
-        comm, tid = key[i], key[i + 1]
-        i += 2
-    s = key[i]
-    ip = key[i + 1] if "srcline" in keys else 0
-    return comm, tid, cpu, s, ip

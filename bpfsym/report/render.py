@@ -8,7 +8,9 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from bpfsym.report.analysis import GRAPH_MIN_PERCENT, Analysis, EventStats, _unpack_key
+from bpfsym.report.aggregates import EventStats
+from bpfsym.report.analysis import GRAPH_MIN_PERCENT, Analysis
+from bpfsym.report.query import ReportQuery
 from bpfsym.symbolize.symbols import UNRESOLVED, SourceLine, Sym
 
 HEADINGS = {
@@ -80,7 +82,7 @@ def table(an: Analysis, st: EventStats) -> list[tuple[tuple[str, ...], int, int]
                 r[1] += n
         return _sorted_rows(merged)
     for key, (period, n) in st.rows.items():
-        comm, tid, cpu, s, ip = _unpack_key(key, an.keys)
+        comm, tid, cpu, s, ip = an.layout.unpack(key)
         cells = tuple(_cell(k, comm, tid, cpu, s, ip) for k in an.keys)
         r = merged.get(cells)
         if r is None:
@@ -138,7 +140,7 @@ def _stack_cells(
         if hc is None:
             hc = by_head[head] = {}
             if split:
-                comm, tid, cpu, _, _ = _unpack_key((*head, None, 0), keys)
+                comm, tid, cpu, _, _ = an.layout.unpack((*head, None, 0))
                 heads[head] = tuple(_cell(k, comm, tid, cpu, None, 0) for k in keys[:nhead])  # type: ignore[arg-type]
         get = hc.get
         cl = [get(s) for s in syms]
@@ -170,7 +172,7 @@ def _stack_cells(
 def _cells_for(an: Analysis, head: tuple, s: Sym) -> tuple[str, ...]:
     got = an.cells.get((head, s))
     if got is None:
-        comm, tid, cpu, _, _ = _unpack_key((*head, s, 0), an.keys)
+        comm, tid, cpu, _, _ = an.layout.unpack((*head, s, 0))
         got = an.cells[head, s] = tuple(_cell(k, comm, tid, cpu, s, s.start) for k in an.keys)
     return got
 
@@ -400,13 +402,22 @@ def render_folded(an: Analysis) -> str:
     for st in an.events.values():
         if st.stacks:
             for (head, syms), (_p, n) in st.stacks.items():
-                comm = _unpack_key((*head, syms[0] if syms else None, 0), an.keys)[0]
+                comm = an.layout.unpack((*head, syms[0] if syms else None, 0))[0]
                 names = [s.name for s in reversed(syms)]
                 line = ";".join([comm or st.attr.name, *names])
                 agg[line] = agg.get(line, 0) + n
         else:
             for key, (_p, n) in st.rows.items():
-                comm, _tid, _cpu, s, _ip = _unpack_key(key, an.keys)
+                comm, _tid, _cpu, s, _ip = an.layout.unpack(key)
                 line = ";".join([comm or st.attr.name, s.name])
                 agg[line] = agg.get(line, 0) + n
     return "".join(f"{k} {v}\n" for k, v in sorted(agg.items()))
+
+
+def render(an: Analysis, query: ReportQuery) -> str:
+    """The report in the query's output format."""
+    if query.output == "json":
+        return render_json(an, query.side)
+    if query.output == "folded":
+        return render_folded(an)
+    return render_stdio(an, query.side, query.percent_limit)

@@ -61,12 +61,12 @@ def test_numpy_and_pure_python_reports_are_identical(
 def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bpfsym.report import bulk
+    from bpfsym.report import split
 
-    def broken(self: object) -> tuple:
+    def broken(bulk: object) -> tuple:
         raise RuntimeError("child went wrong")  # only the forked child calls this
 
-    monkeypatch.setattr(bulk._BulkAggregator, "_portable", broken)
+    monkeypatch.setattr(split, "portable", broken)
     path = os.path.join(FIX, "bpf.data")
     an = analyze(path, None, None, True, False, EMPTY, None, True, True)
     assert not an.accelerated  # the record-by-record reader did it instead

@@ -1,0 +1,227 @@
+"""The bulk pass's groupings: samples that must get the same answer from the Symbolizer,
+because they agree on what it is asked and on the side-band state that answer depends on.
+
+The Symbolizer's state only changes at side-band records, and only for some samples:
+kernel symbols at KSYMBOL/BPF_EVENT, a process's memory maps at the MMAP/MMAP2/COMM/FORK
+records of its pid, a thread's comm at the COMM/FORK records of its tid. A sample's
+state is counted as how many of the records that matter to it went out before it (its
+place among a delivery's side-band records: rounds.places); each group is then resolved
+once, at the place of its earliest sample (resolve.GroupResolver).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from bpfsym.formats import perf as K
+from bpfsym.formats import perfdata as F
+from bpfsym.read.arrays import unique
+from bpfsym.read.bulk import NotBulk
+from bpfsym.report.rounds import Outgoing
+from bpfsym.report.window import Samples
+
+MAP_CHANGES = (K.RECORD_MMAP, K.RECORD_MMAP2, K.RECORD_COMM, K.RECORD_FORK)
+
+KERNEL_CHANGES = (K.RECORD_KSYMBOL, K.RECORD_BPF_EVENT)
+
+COMM_CHANGES = (K.RECORD_COMM, K.RECORD_FORK)
+
+DENSE_TABLE = 1 << 22  # below this top value, dense() numbers through a table, not a sort
+
+BIG = (1 << 63) - 1  # int64 max: "none yet" for the minimums below
+
+
+@dataclass
+class Groups:
+    """A grouping of a delivery's samples (or of some of them)."""
+
+    of: Any  # the group of each sample (int64, 0..count-1)
+    count: int
+    first: Any  # each group's first sample (an index into the delivery's samples)
+    at: Any  # each group's place: the fewest side-band records any sample of it follows
+
+
+@dataclass
+class UserStates:
+    """The user-mode samples by (pid, its memory-map state): resolved after the walk, in
+    bulk, against the maps each state had where its first sample went out."""
+
+    samples: Any  # the user-mode samples (indexes into the delivery's samples)
+    groups: Groups  # by state; .of is per entry of samples
+
+
+def dense(np: Any, key: Any) -> tuple[Any, int]:
+    """Number the distinct values of a non-negative integer array 0.. in value order."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64), 0
+    top = int(key.max())
+    if top < DENSE_TABLE:
+        seen = np.zeros(top + 1, dtype=bool)
+        seen[key] = True
+        values = np.flatnonzero(seen)
+        table = np.zeros(top + 1, dtype=np.int64)
+        table[values] = np.arange(len(values), dtype=np.int64)
+        return table[key], len(values)
+    values, inv = unique(np, key)
+    return inv, len(values)
+
+
+def summarize(np: Any, of: Any, count: int, before: Any, index: Any = None) -> Groups:
+    """Groups of the samples whose group is `of`, placed after `before` side-band records
+    each; index: the samples' indexes (default 0..)."""
+    if index is None:
+        index = np.arange(len(of), dtype=np.int64)
+    first = np.full(count, BIG, dtype=np.int64)
+    np.minimum.at(first, of, index)
+    at = np.full(count, BIG, dtype=np.int64)
+    np.minimum.at(at, of, before)
+    return Groups(of, count, first, at)
+
+
+def kernel_states(np: Any, sideband: list[Outgoing], before: Any) -> Any:
+    """Per sample: how many kernel symbol changes (KSYMBOL, BPF_EVENT) precede it."""
+    changes = np.array(
+        [i for i, x in enumerate(sideband) if x.rtype in KERNEL_CHANGES], dtype=np.int64
+    )
+    return np.searchsorted(changes, before, side="left")
+
+
+def map_states(np: Any, sideband: list[Outgoing], pids: Any, before: Any) -> Any:
+    """Per sample: its pid and how many of that pid's map changes precede it, as one key."""
+    changes = sorted(
+        (int(x.args[0]) << 32) | i for i, x in enumerate(sideband) if x.rtype in MAP_CHANGES
+    )
+    pid_place = np.array(changes, dtype=np.uint64)  # (pid, place) of each change
+    pid = pids.astype(np.uint64)
+    nth = np.searchsorted(pid_place, (pid << np.uint64(32)) | before.astype(np.uint64))
+    return pid * np.uint64(len(pid_place) + 1) + nth.astype(np.uint64)
+
+
+def address_groups(
+    np: Any, samples: Samples, sideband: list[Outgoing], before: Any, mode: Any
+) -> tuple[Groups, UserStates | None]:
+    """Group samples by (mode, address, the side-band state their symbol depends on):
+    kernel groups first, then user, then the other modes (which never resolve)."""
+    n = len(mode)
+    ip = samples["ip"]
+    of = np.empty(n, dtype=np.int64)
+    base = 0
+    users = None
+    kernel = mode == F.MISC_KERNEL
+    user = mode == F.MISC_USER
+    for which, what in ((kernel, F.MISC_KERNEL), (user, F.MISC_USER), (~(kernel | user), 0)):
+        sel = np.flatnonzero(which)
+        if not len(sel):
+            continue
+        ips = ip[sel]
+        if what == F.MISC_KERNEL:
+            state = kernel_states(np, sideband, before[sel])
+        elif what == F.MISC_USER:
+            state, nstates = dense(np, map_states(np, sideband, samples["pid"][sel], before[sel]))
+            users = UserStates(sel, summarize(np, state, nstates, before[sel], sel))
+        else:
+            state = mode[sel]
+        lo = int(ips.min())
+        bits = (int(ips.max()) - lo).bit_length()
+        if int(state.max()).bit_length() + bits <= 62:
+            # (state, address) packed in one word: one sort
+            key = (state.astype(np.uint64) << np.uint64(bits)) | (ips - np.uint64(lo))
+            inv, ng = dense(np, key)
+        else:
+            ipu, ip_inv = unique(np, ips)
+            if int(state.max()) * len(ipu) >= 1 << 62:
+                raise NotBulk("too many address groups")
+            inv, ng = dense(np, state * len(ipu) + ip_inv)
+        of[sel] = inv + base
+        base += ng
+    return summarize(np, of, base, before), users
+
+
+def comm_groups(np: Any, samples: Samples, sideband: list[Outgoing], before: Any) -> Groups:
+    """Group samples by (tid, the COMM/FORK records of that tid before them)."""
+    changes = sorted(
+        (int(x.args[1 if x.rtype == K.RECORD_COMM else 2]) << 32) | i  # COMM's tid, FORK's
+        for i, x in enumerate(sideband)
+        if x.rtype in COMM_CHANGES
+    )
+    tid_place = np.array(changes, dtype=np.uint64)
+    tid = samples["tid"].astype(np.uint64)
+    nth = np.searchsorted(tid_place, (tid << np.uint64(32)) | before.astype(np.uint64))
+    tid_d, _ = dense(np, tid)
+    of, count = dense(np, tid_d * (len(tid_place) + 1) + nth)
+    return summarize(np, of, count, before)
+
+
+def chain_groups(
+    np: Any, words: Any, samples: Samples, sideband: list[Outgoing], before: Any, mode: Any
+) -> Groups:
+    """Group samples by (call chain, mode, address, their pid's maps, kernel symbols):
+    those resolve their chain alike. words: the data section's u64 words."""
+    chain = chain_ids(np, words, samples)
+    kstate = kernel_states(np, sideband, before)
+    ustate = dense(np, map_states(np, sideband, samples["pid"], before))[0]
+    ip_id = unique(np, samples["ip"])[1]
+    of, count = chain, int(chain.max()) + 1 if len(chain) else 0
+    for col in (mode, ip_id, ustate, kstate):
+        radix = int(col.max()) + 1
+        if count * radix >= 1 << 62:
+            raise NotBulk("too many call chain groups")
+        of, count = dense(np, of * radix + col)
+    return summarize(np, of, count, before)
+
+
+def chain_ids(np: Any, words: Any, samples: Samples) -> Any:
+    """A dense id per sample for its call chain's words (equal ids: equal words)."""
+    nr = samples["nr"]
+    first = samples["chain"] + 1  # word index of each chain's first entry
+    total = int(nr.sum())
+    starts = np.cumsum(nr) - nr
+    pos = np.arange(total, dtype=np.int64) - np.repeat(starts, nr)
+    at = np.repeat(first, nr) + pos
+    w = words[at]
+    mult = chain_multipliers(np, int(nr.max()) if len(nr) else 0)
+    h = np.zeros(len(nr), dtype=np.uint64)
+    some = np.flatnonzero(nr > 0)
+    if len(some):
+        h[some] = np.add.reduceat(w * mult[pos], starts[some])
+    h ^= nr.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    ids, nid = dense(np, h)
+    # a hash is no proof: every chain must equal its group's first, word for word
+    rep = np.full(nid, len(nr), dtype=np.int64)
+    np.minimum.at(rep, ids, np.arange(len(nr), dtype=np.int64))
+    r = rep[ids]
+    if bool((nr[r] != nr).any()) or bool((words[np.repeat(first[r], nr) + pos] != w).any()):
+        raise NotBulk("call chain hash collision")
+    return ids
+
+
+@functools.cache
+def chain_multipliers(np: Any, n: int) -> Any:
+    """Fixed odd 64-bit multipliers, one per call chain position (for hashing chains)."""
+    x = (np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0xBF58476D1CE4E5B9)) ^ np.uint64(
+        0x94D049BB133111EB
+    )
+    x ^= x >> np.uint64(31)
+    return x | np.uint64(1)
+
+
+class Members:
+    """The samples of each group, sorted out the first time one is asked for."""
+
+    def __init__(self, np: Any, of: Any, count: int) -> None:
+        self.np = np
+        self.of = of
+        self.count = count
+        self.perm: Any = None
+        self.starts: Any = None
+
+    def __call__(self, g: int) -> Any:
+        np = self.np
+        if self.perm is None:
+            key = self.of.astype(np.uint16) if self.count <= 1 << 16 else self.of
+            self.perm = np.argsort(key, kind="stable")
+            counts = np.bincount(self.of, minlength=self.count)
+            self.starts = np.concatenate(([0], np.cumsum(counts)))
+        return self.perm[self.starts[g] : self.starts[g + 1]]

@@ -1,0 +1,172 @@
+"""The bulk pass in two processes: the first half of the samples here, the second in a
+forked child whose sums come back through a pipe (pickled) and are merged.
+
+Both processes apply every side-band record in the same order as a single pass would,
+so each sample meets the state it would have met there; each only resolves and adds up
+its own share of the samples. The result is the same as one process's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import threading
+from typing import TYPE_CHECKING, NamedTuple
+
+from bpfsym.read.bulk import NotBulk
+from bpfsym.report.aggregates import add_to
+from bpfsym.symbolize.symbols import Sym
+
+if TYPE_CHECKING:
+    from bpfsym.report.bulk import BulkPass
+
+WINDOW = 32 << 20  # bytes of records located and decoded at once
+
+PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
+
+FIRST_SHARE = 0.5  # of the file, read by the first of two processes
+
+TAIL_WINDOW = 1 << 20  # the first process's windows past its share
+
+
+class Share(NamedTuple):
+    """Which samples a process takes: those of the first `split_at` windows (second
+    False) or of the windows after them (second True); all when split_at is None."""
+
+    windows: int | list[int]  # window sizes in bytes (a list: in turn, the last repeated)
+    split_at: int | None
+    second: bool = False
+
+    def mine(self, index: int) -> bool:
+        """Whether the samples of window index are this share's."""
+        return self.split_at is None or (index >= self.split_at) == self.second
+
+    def done(self, index: int) -> bool:
+        """Whether the first share has read all its windows by window index."""
+        return self.split_at is not None and not self.second and index >= self.split_at
+
+    def size(self) -> int | None:
+        """The first share's bytes (for its progress bar), else None: the whole file."""
+        if isinstance(self.windows, list) and self.split_at:
+            return sum(self.windows[: self.split_at])
+        return None
+
+
+SINGLE = Share(WINDOW, None)
+
+
+def shares(size: int, parallel: bool | None) -> tuple[Share, Share] | None:
+    """When two processes should share the samples of a data section of size bytes (a
+    large file and a second CPU; parallel forces it either way): the first's and the
+    second's share; None to read it in one."""
+    if parallel is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        if size < PARALLEL_MIN_BYTES or cpus < 2:
+            return None
+    elif not parallel or size < 16:
+        return None
+    first = max(int(size * FIRST_SHARE) // 8 * 8, 8)
+    k = -(-first // WINDOW)
+    m = max(-(-(size - first) // WINDOW), 1)
+    share = [max(-(-first // (8 * k)) * 8, 8)] * k
+    rest = [max(-(-(size - first) // (8 * m)) * 8, 8)]
+    # past its share, the first process only waits for its last samples' round
+    return Share(share + [TAIL_WINDOW], k), Share(share + rest, k, True)
+
+
+def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
+    """bulk.read(first) here and bulk.read(second) in a forked child, then the child's
+    sums merged into bulk.agg."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        sideband = bulk.sideband
+        if sideband.host is not None:
+            sideband.host = sideband.host.inherit()  # the text read once, for both
+        try:
+            try:
+                bulk.read(second)
+                payload = pickle.dumps(("ok", portable(bulk)), pickle.HIGHEST_PROTOCOL)
+            except BaseException as e:  # noqa: BLE001 - told to the parent, which decides
+                payload = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
+            with os.fdopen(wfd, "wb") as w:
+                w.write(payload)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    reader = os.fdopen(rfd, "rb")
+    try:
+        bulk.read(first)
+        got = reader.read()  # to the end: the child has written all it will
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        reader.close()
+    # the child's exit (unmapping its memory) takes a while: reaped on a thread
+    threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+    try:
+        status, body = pickle.loads(got)
+    except Exception:  # noqa: BLE001 - the child died before it could say
+        raise NotBulk("the second reading process failed") from None
+    if status != "ok":
+        raise NotBulk(f"the second reading process failed: {body}")
+    merge(bulk, body)
+
+
+def portable(bulk: BulkPass) -> tuple:
+    """What the parent needs of this part: per event (first-sample order) its counts,
+    rows and stacks, plus the totals; symbols travel as pickled Sym objects."""
+    agg = bulk.agg
+    events = [(e, st.samples, st.period, st.rows, st.stacks) for e, st in agg.events.items()]
+    return events, agg.total, agg.lost, bulk.seq, bulk.sideband.sym.side_used
+
+
+def merge(bulk: BulkPass, body: tuple) -> None:
+    """Add the other part's sums, its symbols made these when they are alike."""
+    events, total, lost, seq, side_used = body
+    sym, agg, attrs = bulk.sideband.sym, bulk.agg, bulk.pd.attrs
+    same: dict[tuple, Sym] = {}
+    for ours in agg.events.values():
+        for key in ours.rows:
+            for x in key:
+                if type(x) is Sym:
+                    same.setdefault(_sym_identity(x), x)
+        for _head, chain in ours.stacks:
+            for x in chain:
+                same.setdefault(_sym_identity(x), x)
+
+    def mine(x: Sym) -> Sym:
+        got = same.get(_sym_identity(x))
+        if got is None:
+            got = same[_sym_identity(x)] = x
+            sym.adopt(x)
+        return got
+
+    for e, samples, period, rows, stacks in events:
+        st = agg.event(attrs[e])
+        st.samples += samples
+        st.period += period
+        for key, (p, n) in rows.items():
+            add_to(st.rows, tuple(mine(x) if type(x) is Sym else x for x in key), p, n)
+        for (head, chain), (p, n) in stacks.items():
+            add_to(st.stacks, (head, tuple(mine(x) for x in chain)), p, n)
+    agg.total += total
+    agg.lost += lost
+    agg.records = max(bulk.seq, seq)  # the first process may stop before the end
+    sym.side_used = sym.side_used or side_used
+
+
+def _sym_identity(s: Sym) -> tuple:
+    """What makes two Sym objects (from two reading processes) the same symbol."""
+    f = s.bpf
+    fn = None if f is None else (f.name, f.addr, f.size, f.load, f.unload)
+    return (s.name, s.dso, s.kind, s.origin, s.reason, s.start, fn)
