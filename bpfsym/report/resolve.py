@@ -32,7 +32,9 @@ from bpfsym.report.rounds import Outgoing, places
 from bpfsym.report.sideband import Sideband
 from bpfsym.report.userspace import user_group_syms
 from bpfsym.report.window import Samples
-from bpfsym.symbolize.symbolizer import Symbolizer
+from bpfsym.symbolize.symbolizer import KERNEL_MAP_DSO, Symbolizer
+
+MAP_RECORDS = (K.RECORD_MMAP, K.RECORD_MMAP2)
 
 
 class BulkDelivery:
@@ -183,6 +185,17 @@ class _Addresses(_Probe):
             covered |= (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
         for a, e in out_of_line:
             covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+        # kallsyms names only what lies in the kernel's own map (modules: their maps)
+        vmlinux = sym.vmlinux_range()
+        if vmlinux is None or any(x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL
+                                  for x in sideband):  # fmt: skip
+            return None
+        covered |= ips < np.uint64(vmlinux[0])
+        if vmlinux[1] < 1 << 64:
+            covered |= ips >= np.uint64(vmlinux[1])
+        for a, e, dso in sym.kmaps:
+            if dso != KERNEL_MAP_DSO:
+                covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
         index = np.searchsorted(kallsyms.addr_array(np), ips, side="right").astype(np.int64) - 1
         plain = np.flatnonzero(~covered & (index >= 0))
         if not len(plain):

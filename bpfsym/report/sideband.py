@@ -167,7 +167,9 @@ class Sideband:
         sym = self.sym
         if rtype == K.RECORD_MMAP2 or rtype == K.RECORD_MMAP:
             pid, addr, length, pgoff, filename, bid, mode = args
-            if mode != F.MISC_KERNEL:  # the kernel's maps: kallsyms and KSYMBOL name it
+            if mode == F.MISC_KERNEL:  # the kernel and its modules (perf's kernel maps)
+                sym.kernel_mmap(addr, length, filename)
+            else:
                 sym.mmap(pid, addr, length, pgoff, filename, bid)
         elif rtype == K.RECORD_COMM:
             sym.comm(*args)

@@ -40,6 +40,26 @@ def _addr(fn: BpfFunc) -> int:
     return fn.addr
 
 
+KERNEL_MAP = "[kernel.kallsyms"  # perf's kernel map: [kernel.kallsyms]_text or _stext
+KERNEL_MAP_DSO = "[kernel.kallsyms]"
+COMPRESSED = (".gz", ".xz", ".zst", ".bz2", ".lzma", ".lz4")
+
+
+def module_dso(filename: str) -> str:
+    """A kernel module map's DSO name as perf gives it (dso.c __kmod_path__parse): the
+    file's basename without a compression suffix; a .ko is [name] with - made _."""
+    if filename.startswith("["):
+        return filename
+    base = os.path.basename(filename)
+    for ext in COMPRESSED:
+        if base.endswith(ext):
+            base = base[: -len(ext)]
+            break
+    if base.endswith(".ko"):
+        return "[" + base[:-3].replace("-", "_") + "]"
+    return base
+
+
 class Symbolizer:
     """Resolves sample addresses; fed the perf.data side-band records in file order."""
 
@@ -68,6 +88,8 @@ class Symbolizer:
         self.build_ids: dict[str, str] = {}
         self.elf = ElfCache(elf_root)
         self.ool: dict[int, tuple[int, str]] = {}
+        self.kmaps: list[tuple[int, int, str]] = []  # (start, end, DSO), sorted
+        self._kmap_starts: list[int] = []
         self._ksyms: dict[int, Sym] = {}  # kallsyms index -> its Sym
         self._unres: dict[Any, Sym] = {}
         self._by_file: dict[tuple[str, str, int], Sym] = {}
@@ -192,6 +214,44 @@ class Symbolizer:
         starts[:] = [m.start for m in keep]
         self._drop_ucache(pid)
 
+    def kernel_mmap(self, start: int, length: int, filename: str) -> None:
+        """A kernel-cpumode MMAP: the kernel itself ([kernel.kallsyms]_text) or a module.
+        Kernel samples are looked up in these maps only, as perf does (machine.c
+        machine__process_kernel_mmap_event; event.c thread__find_map)."""
+        end = (start + length) & (2**64 - 1)
+        if filename.startswith(KERNEL_MAP):
+            if start == 0 and length == 0:
+                end = 2**64  # a synthesized map of no size covers everything
+            self.kmaps = [m for m in self.kmaps if m[2] != KERNEL_MAP_DSO]
+            self.kmaps.append((start, end, KERNEL_MAP_DSO))
+        elif filename.startswith(("/", "[")):
+            self.kmaps.append((start, end, module_dso(filename)))
+        else:
+            return
+        self.kmaps.sort()
+        self._kmap_starts = [m[0] for m in self.kmaps]
+        self._drop_kcache()
+
+    def kernel_map(self, ip: int) -> tuple[int, int, str] | None:
+        """The kernel map holding ip (start, end, DSO), None outside all of them."""
+        i = bisect.bisect_right(self._kmap_starts, ip) - 1
+        while i >= 0:
+            m = self.kmaps[i]
+            if ip < m[1]:
+                return m
+            if m[2] != KERNEL_MAP_DSO and i > 0 and self.kmaps[i - 1][1] > ip:
+                i -= 1  # module maps may sit inside the kernel's range
+                continue
+            return None
+        return None
+
+    def vmlinux_range(self) -> tuple[int, int] | None:
+        """[start, end) of the kernel's own map, when the data has one."""
+        for m in self.kmaps:
+            if m[2] == KERNEL_MAP_DSO:
+                return m[0], m[1]
+        return None
+
     def _drop_kcache(self) -> None:
         self.kcache.clear()
         self.kgen += 1
@@ -312,11 +372,29 @@ class Symbolizer:
         for addr, (length, name) in self.ool.items():
             if addr <= ip < addr + max(length, 1):
                 return Sym(name, name, "k", FROM_PERF, start=addr)  # its own DSO, as perf
+        m = self.kernel_map(ip)
+        vmlinux = self.vmlinux_range()
+        if m is None and self.kernel is not None and vmlinux is not None and ip >= vmlinux[0]:
+            # past the recorded map's end (init text, say): perf's kernel map grows to the
+            # kallsyms symbols it loads (symbol.c maps__split_kallsyms, maps__fixup_end)
+            i = self.kernel.index(ip)
+            if i >= 0 and not self.kernel.at(i).module:
+                return self.kernel_sym(i)
+        if m is None:
+            why = "outside every kernel map" if self.kmaps else "no kernel map in the data"
+            return self.unresolved("[unknown]", "k", ip, why)
+        start, _end, dso = m
         if self.kernel is None:
-            return self.unresolved("[kernel.kallsyms]", "k", ip, self.kernel_note)
+            if dso != KERNEL_MAP_DSO:  # module addresses are shown module-relative
+                return self.unresolved(dso, "k", ip - start, self.kernel_note)
+            return self.unresolved(dso, "k", ip, self.kernel_note)
         i = self.kernel.index(ip)
+        if dso != KERNEL_MAP_DSO:
+            if i >= 0 and f"[{self.kernel.at(i).module}]" == dso:
+                return self.kernel_sym(i)
+            return self.unresolved(dso, "k", ip - start, f"no kallsyms symbol of {dso}")
         if i < 0:
-            return self.unresolved("[kernel.kallsyms]", "k", ip, "below the first kernel symbol")
+            return self.unresolved(dso, "k", ip, "below the first kernel symbol")
         return self.kernel_sym(i)
 
     def kernel_sym(self, i: int) -> Sym:
