@@ -71,6 +71,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kallsyms", help="kernel symbols from this kallsyms file instead of a snapshot"
     )
+    p.add_argument(
+        "--symfs",
+        metavar="DIR",
+        help="look for binaries under DIR, as perf report --symfs (nothing of this host's)",
+    )
 
 
 def default_side(inp: str) -> str | None:
@@ -95,6 +100,7 @@ def query_of(args: argparse.Namespace) -> ReportQuery:
         output="json" if args.json else "folded" if folded else "stdio",
         percent_limit=args.percent_limit,
         host=getattr(args, "kallsyms_reader", None),  # started by the cli before its imports
+        symfs=(args.symfs or "").rstrip("/"),
     )
 
 

@@ -38,7 +38,7 @@ class BulkPass:
         self.query = query
         self.np = np
         self.data = data
-        self.sideband = Sideband(pd, cap, query.kallsyms, np, query.host)
+        self.sideband = Sideband(pd, cap, query.kallsyms, np, query.host, query.symfs)
         self.sideband.set_header()  # a file's header: before any side-band record
         self.agg = Aggregates()
         self.reader = WindowReader(pd, data, np, self.sideband)

@@ -43,7 +43,7 @@ class OrderedPass:
     def __init__(self, pd: PerfData, query: ReportQuery, cap: Any, np: Any = None) -> None:
         self.pd = pd
         self.query = query
-        self.sideband = Sideband(pd, cap, query.kallsyms, np, query.host)
+        self.sideband = Sideband(pd, cap, query.kallsyms, np, query.host, query.symfs)
         self.agg = Aggregates()
         self.chain_cache: dict[tuple, tuple[Sym, ...]] = {}
         self.chain_kgen = -1

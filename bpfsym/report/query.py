@@ -70,6 +70,7 @@ class ReportQuery:
     accelerate: bool | None = None  # numpy for the bulk of the samples (None: if installed)
     parallel: bool | None = None  # with numpy, two reading processes (None: if worth it)
     host: HostKallsyms | None = None  # the host's /proc/kallsyms, being read beside
+    symfs: str = ""  # --symfs: binaries looked up under this directory, not the host's
 
     @property
     def layout(self) -> KeyLayout:

@@ -45,14 +45,21 @@ class Sideband:
     """
 
     def __init__(
-        self, pd: PerfData, cap: Any, kallsyms: str | None, np: Any, host: HostKallsyms | None
+        self,
+        pd: PerfData,
+        cap: Any,
+        kallsyms: str | None,
+        np: Any,
+        host: HostKallsyms | None,
+        symfs: str = "",
     ) -> None:
         self.pd = pd
         self.cap = cap
         self.kallsyms = kallsyms
         self.np = np
         self.host = host
-        self.sym = Symbolizer(None, "", cap)
+        self.symfs = symfs
+        self.sym = Symbolizer(None, "", cap, elf_root=symfs)
         self.sym.elf.np = np
         self.ready = False  # kernel symbols chosen
         self.header_set = False  # the header's BPF_PROG_INFO, BTF and build ids handed over
@@ -81,7 +88,7 @@ class Sideband:
         """Choose the kernel symbols: before the first sample is delivered."""
         sym = self.sym
         sym.kernel, sym.kernel_note = kernel_symbols(
-            self.pd, self.cap, self.kallsyms, self.np, self.host, self.kernel_reloc
+            self.pd, self.cap, self.kallsyms, self.np, self.host, self.kernel_reloc, self.symfs
         )
         if not self.header_set:
             self.set_header()

@@ -28,8 +28,10 @@ def kernel_symbols(
     np: Any = None,
     host: HostKallsyms | None = None,
     reloc: tuple[str, int] | None = None,
+    symfs: str = "",
 ) -> tuple[KernelSymbols | None, str]:
-    """Pick the kernel symbol source; the second item says why (for the header or misses)."""
+    """Pick the kernel symbol source; the second item says why (for the header or misses).
+    With a symfs nothing of the host is used (perf: symbol.c dso__load_kernel_sym)."""
     if kallsyms:
         try:
             text = read_host_kallsyms(kallsyms)
@@ -46,6 +48,8 @@ def kernel_symbols(
         return _kallsyms_text(
             text, FROM_KALLSYMS_SIDE, "", np, lambda e: bad_kallsyms(cap, first, e)
         ), ""
+    if symfs:
+        return None, f"no kallsyms: --symfs {symfs} given, the host's are not used"
     if cap is not None:
         if cap.header.boot_id and cap.header.boot_id == host_boot_id():
             return _host("boot id matches the side file", np, host)

@@ -61,7 +61,8 @@ class ElfCache:
             return got
         # gone, replaced or never a file ([vdso]): perf's build-id cache may have a copy
         # (perf record keeps one of every DSO with samples; perf archive carries them)
-        cached = build_id_cache_file(build_id)
+        # (not with a symfs: nothing of the host counts then)
+        cached = None if self.root else build_id_cache_file(build_id)
         if cached is not None:
             alt = load_elf_symbols(cached, build_id, self.np)
             if isinstance(alt, ElfSymbols):
