@@ -125,6 +125,7 @@ FORMAT_GROUP = 1 << 3
 FORMAT_LOST = 1 << 4
 
 # perf_event_attr.branch_sample_type bits that change the branch stack layout
+BRANCH_CALL_STACK = 1 << 11  # perf record --call-graph lbr
 BRANCH_HW_INDEX = 1 << 17
 BRANCH_COUNTERS = 1 << 19
 

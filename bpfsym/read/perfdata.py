@@ -67,6 +67,7 @@ class EventAttr:
     trailer: struct.Struct = field(default_factory=lambda: struct.Struct("<"))
     trailer_fields: tuple[str, ...] = ()
     read_size: int | None = 0  # bytes of SAMPLE_READ; None: group read, size varies
+    lbr_call_stack: bool = False  # --call-graph lbr: the user chain is in the branch stack
 
     def field_index(self, name: str) -> int:
         """Where a sample field sits among the values of prefix (-1: not sampled)."""
@@ -192,6 +193,11 @@ class PerfData:
         ev.sample_type = int(a.sample_type)
         ev.read_format = int(a.read_format)
         ev.sample_id_all = bool(a.flags.sample_id_all)
+        ev.lbr_call_stack = bool(
+            ev.sample_type & K.SAMPLE_BRANCH_STACK
+            and ev.sample_type & K.SAMPLE_CALLCHAIN
+            and int(a.branch_sample_type) & F.BRANCH_CALL_STACK
+        )
         ev.prefix, ev.fields = struct_of(self.L.sample_prefix(ev.sample_type))
         ev.trailer, ev.trailer_fields = struct_of(self.L.kernel.sample_id(ev.sample_type))
         if ev.sample_type & K.SAMPLE_READ:
@@ -524,7 +530,38 @@ class PerfData:
         nr = self.u64.unpack_from(buf, pos)[0]
         if pos + 8 + 8 * nr > end:
             raise FormatError(self.path, start, f"callchain of {nr} entries past the record")
-        return self.ints.array("Q", nr).unpack_from(buf, pos + 8)
+        chain = self.ints.array("Q", nr).unpack_from(buf, pos + 8)
+        if ev.lbr_call_stack:
+            return self._lbr_chain(ev, buf, start, pos + 8 + 8 * nr, end, chain)
+        return chain
+
+    def _lbr_chain(
+        self, ev: EventAttr, buf: bytes, start: int, pos: int, end: int, chain: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """perf --call-graph lbr: the user part of the chain from the branch stack, as
+        perf builds it (machine.c resolve_lbr_callchain_sample, caller order: each branch's
+        `from`, last first, then branch 0's `to`, then the chain's entries up to its
+        PERF_CONTEXT_USER; all looked up as user code), here leaf first. Only a chain with
+        a PERF_CONTEXT_USER marker is rebuilt."""
+        if F.CONTEXT_USER not in chain:
+            return chain
+        u64 = self.u64.unpack_from
+        if ev.sample_type & K.SAMPLE_RAW:  # u32 size, then size bytes (with the size: u64s)
+            if pos + 4 > end:
+                raise FormatError(self.path, start, "sample raw data runs past the record")
+            pos += 4 + self.ints.u32.unpack_from(buf, pos)[0]
+        if pos + 8 > end:
+            raise FormatError(self.path, start, "sample branch stack runs past the record")
+        nr = u64(buf, pos)[0]
+        pos += 8 + (8 if int(ev.attr.branch_sample_type) & F.BRANCH_HW_INDEX else 0)
+        if pos + 24 * nr > end:
+            raise FormatError(self.path, start, f"branch stack of {nr} entries past the record")
+        if not nr:
+            return chain
+        entries = [u64(buf, pos + 24 * k)[0] for k in range(nr)]  # from
+        to0 = u64(buf, pos + 8)[0]
+        kernel = [x for x in chain[: chain.index(F.CONTEXT_USER)] if x < F.CONTEXT_MAX]
+        return (F.CONTEXT_USER, *kernel, to0, *entries)
 
     def _group_read_size(self, ev: EventAttr, buf: bytes, pos: int) -> int:
         nr = self.u64.unpack_from(buf, pos)[0]

@@ -52,6 +52,8 @@ def bulk_refusal(pd: PerfData) -> str | None:
         return "samples of this file need the record-by-record reader"
     if F.HEADER_COMPRESSED in pd.header.features:
         return "compressed records (perf record -z)"
+    if any(a.lbr_call_stack for a in attrs):
+        return "call chains from the branch stack (perf record --call-graph lbr)"
     return None
 
 

@@ -265,12 +265,19 @@ class Symbolizer:
     def resolve_chain(
         self, cpumode: int, pid: int, ip: int, chain: tuple[int, ...], t: int | None
     ) -> tuple[tuple[Sym, ...], bool]:
-        """Symbols of a callchain, leaf first; the flag says the result holds at any time."""
+        """Symbols of a callchain, leaf first; the flag says the result holds at any time.
+
+        The sample's own entry comes first; a call-chain node without a symbol is named by
+        its raw address, as perf's children entries are (machine.c add_callchain_ip keeps
+        the ip, callchain.c fill_callchain_info), so the sample's map-relative entry and
+        the node can be two entries."""
         out: list[Sym] = []
+        ips: list[int] = []
         add = out.append
         mode = cpumode
         timeless = True
         first = True
+        own_first = False
         kcache = self.kcache
         ucache = self.ucache.get(pid)
         for e in chain:
@@ -281,6 +288,8 @@ class Symbolizer:
                 first = False
                 if e != ip:
                     add(self.resolve(cpumode, pid, ip, t))
+                    own_first = True
+            ips.append(e)
             # resolve() with its caches looked at here first (the common case)
             if mode == F.MISC_KERNEL:
                 c = kcache.get(e)
@@ -300,9 +309,27 @@ class Symbolizer:
                 add(self.resolve(mode, pid, e, t))
         if first:
             out.append(self.resolve(cpumode, pid, ip, t))
+        elif any(x.origin is UNRESOLVED for x in out):
+            out = self._raw_nodes(out, ips, own_first, cpumode, pid, ip, t)
         if cpumode == F.MISC_KERNEL and type(self.kcache.get(ip)) is tuple:
             timeless = False
         return tuple(out), timeless
+
+    def _raw_nodes(
+        self, out: list[Sym], ips: list[int], own_first: bool, cpumode: int, pid: int, ip: int,
+        t: int | None,
+    ) -> list[Sym]:  # fmt: skip
+        """resolve_chain's nodes without a symbol renamed by their raw address, the
+        sample's own (map-relative) entry kept before them when it differs."""
+        own = out[0] if own_first else self.resolve(cpumode, pid, ip, t)
+        nodes = out[1:] if own_first else out
+        fixed = [
+            self.unresolved(s.dso, s.kind, e, s.reason) if s.origin is UNRESOLVED else s
+            for s, e in zip(nodes, ips, strict=True)
+        ]
+        if own.origin is UNRESOLVED and (not fixed or fixed[0] is not own):
+            return [own, *fixed]
+        return fixed
 
     def thread_comm(self, tid: int) -> str:
         c = self.comms.get(tid)
@@ -323,7 +350,9 @@ class Symbolizer:
         self._unres[("adopted", id(s))] = s
 
     def unresolved(self, dso: str, kind: str, ip: int, reason: str) -> Sym:
-        key = (dso, kind, ip, reason)
+        # one entry per (DSO, address), whatever its level: perf's sort__sym_cmp compares
+        # the address alone where there is no symbol (the first entry made gives the level)
+        key = (dso, ip)
         s = self._unres.get(key)
         if s is None:
             # perf's %-#.*llx: C's # flag puts no 0x before a zero

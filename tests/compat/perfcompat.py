@@ -430,7 +430,14 @@ def compare_section(ps: Section, bs: Section) -> list[str]:
     alias = {}
     if "Overhead" in ps.headings and "Overhead" not in bs.headings and "Self" in bs.headings:
         alias["Overhead"] = "Self"
-    for key, cols in sorted(ps.totals().items(), key=lambda kv: -max(kv[1].values())):
+    theirs = ps.totals()
+    if "Children" in ps.headings:
+        # perf gives a call-chain node without a map the privilege level left over from the
+        # node before it (callchain.c fill_callchain_info) and merges such rows by address
+        # whatever their level: a perf bug (docs/perf-compat.md); those rows are compared
+        # without their level
+        theirs, mine = _levelless(theirs), _levelless(mine)
+    for key, cols in sorted(theirs.items(), key=lambda kv: -max(kv[1].values())):
         if max(cols.values()) < MIN_PERCENT:
             continue
         got = mine.get(key)
@@ -449,6 +456,20 @@ def compare_section(ps: Section, bs: Section) -> list[str]:
                     f"{ev}: {' | '.join(key)}: {h} perf {p:.2f}%, bpfsym {q:.2f}% ({q - p:+.2f})"
                 )
     return problems
+
+
+def _levelless(
+    totals: dict[tuple[str, ...], dict[str, float]],
+) -> dict[tuple[str, ...], dict[str, float]]:
+    """Rows of [unknown] code with "[?]" for their level, rows made alike added up."""
+    out: dict[tuple[str, ...], dict[str, float]] = {}
+    for key, cols in totals.items():
+        if "[unknown]" in key:
+            key = tuple(re.sub(r"^\[[k.]\] ", "[?] ", c) for c in key)
+        got = out.setdefault(key, {})
+        for h, p in cols.items():
+            got[h] = got.get(h, 0.0) + p
+    return out
 
 
 def has_callchains(path: str) -> bool:
