@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             text = render(base, new, pairs, args.percent_limit)
     try:
-        sys.stdout.write(text)
         sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))  # names are bytes
+        sys.stdout.buffer.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

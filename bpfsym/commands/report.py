@@ -118,8 +118,10 @@ def run(args: argparse.Namespace) -> int:
     with gc_paused():
         text = render(an, query)
     try:
-        sys.stdout.write(text)
+        # names are bytes as perf.data has them (surrogateescape): written back as such
         sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+        sys.stdout.buffer.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -240,7 +240,10 @@ class _Builder:
         for lid, (mkey, address, fid, line, col) in enumerate(self.loc_rows, 1):
             loc = prof.location.add(id=lid, mapping_id=ids[mkey], address=address)
             loc.line.add(function_id=fid, line=line, column=col)
-        prof.string_table.extend(self.strings)
+        # profile.proto strings are UTF-8: bytes that are not (a comm, a file name) replaced
+        prof.string_table.extend(
+            x.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for x in self.strings
+        )
 
 
 _RANK_KERNEL, _RANK_BPF, _RANK_OBJECT, _RANK_FILE = range(4)

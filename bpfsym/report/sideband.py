@@ -189,8 +189,10 @@ class Sideband:
 
 
 def _cstring(buf: Any, start: int, end: int) -> str:
-    """The NUL-terminated UTF-8 string at buf[start:end] (ValueError when unterminated)."""
+    """The NUL-terminated string at buf[start:end] (ValueError when unterminated). Comms
+    and file names are bytes to the kernel and perf: any byte is kept (surrogateescape),
+    and printed back as it came."""
     nul = buf.find(b"\0", start, end)
     if nul < 0:
         raise ValueError("string not terminated")
-    return bytes(buf[start:nul]).decode("utf-8")
+    return bytes(buf[start:nul]).decode("utf-8", "surrogateescape")
