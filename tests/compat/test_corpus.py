@@ -11,7 +11,9 @@ does not agree yet, and how perf computes what it prints.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 
 import perfcompat as P
 import pytest
@@ -63,3 +65,33 @@ def test_perf_tables_parse(path: str) -> None:
         if s.event_count:
             assert abs(total - 100.0) <= 0.005 * len(s.rows) + 1e-6
         assert all(r.key[2][:4] in ("[k] ", "[.] ", "[H] ", "[g] ", "[u] ") for r in s.rows)
+
+
+@pytest.mark.parametrize("path", FILES, ids=_id)
+def test_json_and_folded_say_what_the_table_says(path: str) -> None:
+    # bpfsym's other outputs of the same reading: --json rows equal the --stdio table's
+    # (same events, rows and shares), --folded lines add up to each file's sample count
+    table = P.bpfsym_report(path, "dso,sym")
+    if table.returncode != 0:
+        return  # a refusal: test_report_agrees_with_perf judges it
+    argv = [*P.bpfsym_argv(path, "dso,sym"), "--json"]
+    r = subprocess.run(argv, capture_output=True, timeout=P.TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout.decode("utf-8", "surrogateescape"))
+    shown = [s for s in table.sections]
+    events = [e for e in doc["events"] if e["samples"]]
+    assert [e["name"] for e in events] == [s.event for s in shown]
+    for e, s in zip(events, shown, strict=True):
+        want = {k: v["Overhead"] for k, v in s.totals().items()}
+        got: dict[tuple[str, ...], float] = {}
+        for row in e["rows"]:
+            k = (row["dso"], row["sym"])
+            got[k] = got.get(k, 0.0) + row["overhead"]
+        for k, pct in want.items():
+            assert abs(got.get(k, 0.0) - pct) <= 0.006 * (1 + list(want).count(k)), k
+    folded = [a for a in P.bpfsym_argv(path, "dso,sym") if a not in ("--stdio",)]
+    folded = folded[: folded.index("--sort")] + ["--folded"]
+    f = subprocess.run(folded, capture_output=True, timeout=P.TIMEOUT)
+    assert f.returncode == 0, f.stderr
+    counts = sum(int(line.rsplit(b" ", 1)[1]) for line in f.stdout.splitlines() if line)
+    assert counts == sum(e["samples"] for e in doc["events"])
