@@ -345,11 +345,20 @@ def _proc_fds(pid: str) -> list[tuple[str, str]]:
 
 
 def _comm(pid: str) -> str:
+    """/proc/PID/comm as text. It is the bytes the process chose (prctl PR_SET_NAME, or a write
+    to the file), printed raw (comm_show, fs/proc/base.c): not always UTF-8, and the 15-byte
+    cut may split a sequence. Decoded with replacement, as top.holders decodes the same
+    task_struct.comm from its iterator."""
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+        fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
     except OSError:
         return "?"
+    try:
+        return os.read(fd, 64).decode("utf-8", "replace").strip()
+    except OSError:
+        return "?"
+    finally:
+        os.close(fd)
 
 
 def _fdinfo_prog_id_of(path: str) -> int | None:

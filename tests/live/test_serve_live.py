@@ -28,7 +28,10 @@ from pathlib import Path
 import pytest
 from livekit import DEMO, ENV, Held
 from promkit import PROMETHEUS_ACCEPT, Prometheus, promtool_check
-from test_top import SYSCTL, bpftool_prog, driving, fixture_prog
+from test_top import SYSCTL, bpftool_prog, driving, fixture_prog, load_unnamed_filter
+
+from bpfsym.live.stats import prog_holders
+from bpfsym.top.holders import open_holders
 
 # the endpoint as a command; `bpfsym top --serve` once the integrator wires it
 SERVE = [sys.executable, "-P", "-m", "bpfsym", "top", "--serve"]
@@ -356,3 +359,56 @@ def test_port_in_use_is_one_line() -> None:
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0], r.stderr
+
+
+# bytes a process may take as its name (prctl PR_SET_NAME) that are not UTF-8: a Latin-1 byte,
+# and a UTF-8 sequence cut short, as the kernel's 15-byte cut of a longer name may leave one
+NOT_UTF8 = b"\xffbpfsym \xe9\xc3"
+
+HOLDER = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(15, bytes.fromhex(sys.argv[1]), 0, 0, 0) != 0:  # PR_SET_NAME
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_NAME)")
+print(flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def held_by_comm(comm: bytes) -> Iterator[tuple[int, int]]:
+    """A program held open only by a child process named `comm`: (child pid, program id)."""
+    fd = load_unnamed_filter()
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            prog_id = int(next(ln.split()[1] for ln in f if ln.startswith("prog_id:")))
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, comm.hex()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            pass_fds=[fd],
+        )
+    finally:
+        os.close(fd)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"\n"
+        yield child.pid, prog_id
+    finally:
+        child.communicate(b"", timeout=30)
+
+
+def test_holders_whose_comm_is_not_utf8() -> None:
+    with held_by_comm(NOT_UTF8) as (pid, prog_id):
+        raw = Path(f"/proc/{pid}/comm").read_bytes()
+        assert raw == NOT_UTF8 + b"\n"  # the kernel prints the name as set
+        with pytest.raises(UnicodeDecodeError):
+            raw.decode()
+        want = NOT_UTF8.decode("utf-8", errors="replace")
+        # the /proc walk (top's fallback) reads it, and reads what the iterator reads
+        assert prog_holders()[prog_id] == [(pid, want)]
+        src = open_holders()
+        try:
+            assert src.kind == "iterator", getattr(src, "why", "")
+            assert src.read()[prog_id] == [(pid, want)]
+        finally:
+            src.close()
