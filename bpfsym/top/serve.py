@@ -41,12 +41,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from bpfsym.formats.bpf import prog_type_name
 from bpfsym.live import progs
 from bpfsym.live.stats import (
-    _OBJ_NAME_MAX,
+    OBJ_NAME_MAX,
     RuntimeStats,
     StatsUnavailable,
-    _btf_func_name,
     _fdinfo_prog_id_of,
     _proc_fds,
+    btf_func_name,
 )
 
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -241,10 +241,10 @@ def full_name(fd: int, info: Any) -> str:
     characters a truncated one would, the main function's BTF name (bpftool's
     get_prog_full_name, tools/bpf/bpftool/common.c)."""
     name = str(info.name)
-    if len(name) < _OBJ_NAME_MAX or not (info.btf_id and info.nr_func_info):
+    if len(name) < OBJ_NAME_MAX or not (info.btf_id and info.nr_func_info):
         return name
     try:
-        return _btf_func_name(fd) or name
+        return btf_func_name(fd) or name
     except OSError:
         return name
 
