@@ -25,8 +25,8 @@ from bpfsym.live.sys import _NR_BPF, _syscall, bpf  # the raw call: top's per-pr
 from bpfsym.model import ksym_name
 
 SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
-# bpf_obj_name: 16 bytes with the NUL, so 15 characters may be a truncated name
-_OBJ_NAME_MAX = 15
+# bpf_obj_name: 16 bytes with the NUL (BPF_OBJ_NAME_LEN), so 15 characters may be a truncated name
+OBJ_NAME_MAX = 15
 
 
 class StatsUnavailable(Exception):
@@ -116,6 +116,9 @@ class ProgSample(NamedTuple):
     run_cnt: int
     recursion_misses: int
     time_ns: int
+    # the name as bpftool shows it: `name`, or the main function's BTF name when `name` has
+    # the 15 characters a truncated one would (get_prog_full_name, tools/bpf/bpftool/common.c)
+    full_name: str = ""
 
 
 @dataclass
@@ -130,7 +133,7 @@ def boottime_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
-def _btf_func_name(fd: int) -> str | None:
+def btf_func_name(fd: int) -> str | None:
     """The BTF name of the main function, which kallsyms prefers to the 15-character name."""
     got = progs.fetch_blobs(fd)
     fi, blob = got.blobs.get("func_info", b""), got.blobs.get("btf")
@@ -184,7 +187,7 @@ class Sampler:
     def __init__(self, full_walk_every: int = 16) -> None:
         self.full_walk_every = max(1, full_walk_every)
         self.skip: set[int] = set()  # ids never read (top's own iterator program)
-        self._static: dict[int, tuple[int, int, str, str, str]] = {}  # id -> (load_time, ...)
+        self._static: dict[int, tuple[int, int, str, str, str, str]] = {}  # id -> (load_time, ...)
         self._cursor = 0  # the highest id BPF_PROG_GET_NEXT_ID has returned
         self._passes = 0
         # the kernel reads and writes these: kept for the sampler's life
@@ -215,21 +218,22 @@ class Sampler:
             self._cursor = max(self._cursor, out[-1])
         return out
 
-    def _describe(self, fd: int, load_time: int) -> tuple[int, int, str, str, str]:
-        """(load_time, type, tag, name, ksym) of the program whose info was just read."""
+    def _describe(self, fd: int, load_time: int) -> tuple[int, int, str, str, str, str]:
+        """(load_time, type, tag, name, ksym, full_name) of the program whose info was just
+        read."""
         ptype, tag_raw, name_raw, nr_func_info = _STATIC.unpack_from(self._info_mv)
         tag, name = bytes(tag_raw).hex(), fb.prog_name(name_raw)
-        ksym = ksym_name(tag, name)
+        full = None
         # Kernel names with func_info come from BTF (bpf_get_prog_name): differ only when the
         # 15-character name was truncated or absent.
-        if nr_func_info and (len(name) >= _OBJ_NAME_MAX or not name):
+        if nr_func_info and (len(name) >= OBJ_NAME_MAX or not name):
             try:
-                full = _btf_func_name(fd)
+                full = btf_func_name(fd)
             except OSError:
                 full = None
-            if full:
-                ksym = ksym_name(tag, full)
-        return load_time, ptype, tag, name, ksym
+        # bpftool takes the BTF name for a truncated name only, not for an absent one
+        full_name = full if full and len(name) >= OBJ_NAME_MAX else name
+        return load_time, ptype, tag, name, ksym_name(tag, full or name), full_name
 
     def _read(self, ids: list[int], out: dict[int, ProgSample]) -> None:
         # locals: this loop runs once per program per refresh
@@ -267,9 +271,10 @@ class Sampler:
                     known = static[pid] = self._describe(fd, load_time)
             finally:
                 close(fd)
-            _, ptype, tag, name, ksym = known
+            _, ptype, tag, name, ksym, full = known
             out[pid] = new(  # ProgSample(...) without the Python-level __new__
-                ProgSample, (pid, ptype, tag, name, ksym, load_time, run_time, run_cnt, misses, now)
+                ProgSample,
+                (pid, ptype, tag, name, ksym, load_time, run_time, run_cnt, misses, now, full),
             )
 
     def read(self, prog_id: int) -> ProgSample | None:
@@ -345,11 +350,20 @@ def _proc_fds(pid: str) -> list[tuple[str, str]]:
 
 
 def _comm(pid: str) -> str:
+    """/proc/PID/comm as text. It is the bytes the process chose (prctl PR_SET_NAME, or a write
+    to the file), printed raw (comm_show, fs/proc/base.c): not always UTF-8, and the 15-byte
+    cut may split a sequence. Decoded with replacement, as top.holders decodes the same
+    task_struct.comm from its iterator."""
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+        fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
     except OSError:
         return "?"
+    try:
+        return os.read(fd, 64).decode("utf-8", "replace").strip()
+    except OSError:
+        return "?"
+    finally:
+        os.close(fd)
 
 
 def _fdinfo_prog_id_of(path: str) -> int | None:

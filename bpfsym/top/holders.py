@@ -1,4 +1,5 @@
-"""Which processes hold each BPF program open, for top's PIDS column: one read() per refresh.
+"""Which processes hold each BPF program open (top's PIDS column, --serve's owner label): one
+read() per refresh.
 
 Walking /proc costs a readlink per open file of every process and three more
 syscalls per BPF fd (open, read, close of /proc/PID/fdinfo/FD): ~20 ms a

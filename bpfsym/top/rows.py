@@ -98,10 +98,10 @@ def compute_rows(
     type_names: dict[int, str] = {}
     for pid, s in cur.progs.items():
         # a refresh does this once per program: fields by unpacking, no calls it can spare
-        sid, stype, tag, name, ksym, load_time, run_time, run_cnt, misses, at = s
+        sid, stype, tag, name, ksym, load_time, run_time, run_cnt, misses, at, _ = s
         p = before.get(pid)
         if p is not None and p.load_time == load_time:
-            _, _, _, _, _, _, base_t, base_c, base_m, since = p
+            _, _, _, _, _, _, base_t, base_c, base_m, since, _ = p
             fresh = False
         elif load_time > prev_start:
             base_t, base_c, base_m, since, fresh = 0, 0, 0, prev_start, True
@@ -213,7 +213,9 @@ class Top:
             while True:
                 time.sleep(interval)
                 ref = top.refresh()  # Refresh: .rows, .new, .vanished, .total, ...
-    """
+
+    An exporter of totals (top --serve), which needs no interval, calls snapshot() for every
+    program's counters and reads `holders` when it wants them."""
 
     def __init__(self, ncpus: int | None = None, holders: HolderSource | None = None) -> None:
         self.ncpus = ncpus or online_cpus()
@@ -227,14 +229,20 @@ class Top:
             self.holders.close()
             raise
 
+    def snapshot(self) -> Snapshot:
+        """Every program's counters now (one pass, top's own iterator left out); the next
+        refresh() counts its interval from here."""
+        self.prev = self.sampler.snapshot()
+        return self.prev
+
     def refresh(self) -> Refresh:
         wall = time.time()
-        cur = self.sampler.snapshot()
+        prev = self.prev
+        cur = self.snapshot()
         holders = self.holders.read()
-        rows, new, vanished = compute_rows(self.prev, cur, holders, self.ncpus)
-        ref = Refresh(wall, cur.start_ns - self.prev.start_ns, self.ncpus, rows, len(cur.progs))
+        rows, new, vanished = compute_rows(prev, cur, holders, self.ncpus)
+        ref = Refresh(wall, cur.start_ns - prev.start_ns, self.ncpus, rows, len(cur.progs))
         ref.new, ref.vanished = new, vanished
-        self.prev = cur
         return ref
 
     def close(self) -> None:

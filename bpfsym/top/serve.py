@@ -2,16 +2,18 @@
 
 Per program, counters of run time (seconds), runs and recursion misses since load, labelled
 id, name, type, tag and owner (the commands holding the program open), and a gauge of the
-programs loaded. Values are read from the kernel when a scrape asks for them; statistics stay on
-through one BPF_ENABLE_RUNTIME_STATS fd held while serving (kernel.bpf_stats_enabled is never
-written). The exposition (text 0.0.4 or OpenMetrics, by the scrape's Accept header, gzip when
-accepted) is prometheus-client's.
+programs loaded. Values are read from the kernel when a scrape asks for them, the way a top
+refresh reads them (bpfsym.top.rows.Top: live.stats.Sampler for the counters, top.holders
+for the owners); statistics stay on through one BPF_ENABLE_RUNTIME_STATS fd held while
+serving (kernel.bpf_stats_enabled is never written). The exposition (text 0.0.4 or
+OpenMetrics, by the scrape's Accept header, gzip when accepted) is prometheus-client's.
 
-It runs as root on production hosts, so the HTTP side is small and bounded (docs/top-serve.md):
-127.0.0.1 unless an address is given, GET/HEAD of /metrics only, a deadline for each request
-head and each response, a cap on head size and on open connections, and one collection at a
-time in a worker thread, shared by the scrapes that wait for it, so that no client, slow,
-malformed or many, holds up another's scrape or grows memory.
+It runs as root on production hosts, so the HTTP side is small and bounded (docs/top.md,
+"Prometheus endpoint"): 127.0.0.1 unless an address is given, GET/HEAD of /metrics only, a
+deadline for each request head and each response, a cap on head size and on open
+connections, and one collection at a time in a worker thread, shared by the scrapes that
+wait for it, so that no client, slow, malformed or many, holds up another's scrape or grows
+memory.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import gzip
 import ipaddress
 import os
@@ -31,7 +32,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
@@ -39,15 +39,8 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from bpfsym.formats.bpf import prog_type_name
-from bpfsym.live import progs
-from bpfsym.live.stats import (
-    _OBJ_NAME_MAX,
-    RuntimeStats,
-    StatsUnavailable,
-    _btf_func_name,
-    _fdinfo_prog_id_of,
-    _proc_fds,
-)
+from bpfsym.live.stats import RuntimeStats, StatsUnavailable
+from bpfsym.top.rows import Top
 
 DEFAULT_ADDRESS = "127.0.0.1"
 METRICS_PATH = "/metrics"
@@ -156,62 +149,25 @@ def families(rows: Iterable[ProgRow]) -> list[Metric]:
     return [run_time, runs, misses, count]
 
 
-def _comm(pid: str) -> str:
-    # comm is 16 bytes the process chose (prctl PR_SET_NAME), truncation may split a UTF-8
-    # sequence: bytes, decoded with replacement
-    try:
-        fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
-    except OSError:
-        return "?"
-    try:
-        return os.read(fd, 64).decode("utf-8", "replace").rstrip("\n")
-    except OSError:
-        return "?"
-    finally:
-        os.close(fd)
-
-
-def scan_holders() -> dict[int, dict[int, str]]:
-    """Program id -> {pid: comm} of the processes holding a program or link fd on it.
-
-    The same walk as bpfsym.live.stats.prog_holders, whose comm reading fails on a comm that
-    is not UTF-8."""
-    out: dict[int, dict[int, str]] = {}
-    me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
-            continue
-        comm = ""
-        for fd, target in _proc_fds(pid):
-            if target not in ("anon_inode:bpf-prog", "anon_inode:bpf_link"):
-                continue
-            prog_id = _fdinfo_prog_id_of(f"/proc/{pid}/fdinfo/{fd}")
-            if prog_id is None:
-                continue
-            comm = comm or _comm(pid)
-            out.setdefault(prog_id, {})[int(pid)] = comm
-    return out
-
-
 @dataclass
 class _Owner:
     pids: frozenset[int]
     label: str
 
 
-class Owners:
-    """The owner label of each program, from fd holders in /proc, kept stable across scrapes.
+Scan = Callable[[], dict[int, dict[int, str]]]  # program id -> {pid: comm} of its holders now
 
-    Walking /proc is the slow part of a scrape, so it runs only when a program appears that has
-    no owner yet, or every `rescan` seconds. A program's label is set when it is first seen and
-    changes only when none of the processes it named still holds the program: a process that
-    briefly opens every program (bpftool, another top) does not churn the series."""
+
+class Owners:
+    """The owner label of each program, from its fd holders, kept stable across scrapes.
+
+    Holders are read (`scan`) only when a program appears that has no owner yet, or every
+    `rescan` seconds. A program's label is set when it is first seen and changes only when
+    none of the processes it named still holds the program: a process that briefly opens
+    every program (bpftool, another top) does not churn the series."""
 
     def __init__(
-        self,
-        scan: Callable[[], dict[int, dict[int, str]]] = scan_holders,
-        rescan: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        self, scan: Scan, rescan: float = 30.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._scan, self._rescan, self._clock = scan, rescan, clock
         self._known: dict[tuple[int, int], _Owner] = {}
@@ -236,62 +192,52 @@ class Owners:
         return {k: self._known[k].label for k in keys}
 
 
-def full_name(fd: int, info: Any) -> str:
-    """The program's name as bpftool shows it: bpf_prog_info.name, or when that has the 15
-    characters a truncated one would, the main function's BTF name (bpftool's
-    get_prog_full_name, tools/bpf/bpftool/common.c)."""
-    name = str(info.name)
-    if len(name) < _OBJ_NAME_MAX or not (info.btf_id and info.nr_func_info):
-        return name
-    try:
-        return _btf_func_name(fd) or name
-    except OSError:
-        return name
-
-
 class ProgCollector(Collector):
     """prometheus-client Collector: every program's counters, read from the kernel at collect().
 
-    Name, type and tag of a program never change, so they are decoded once per (id, load_time)
-    (a 15-character name costs a fetch of its BTF, once); a scrape costs one
-    BPF_PROG_GET_FD_BY_ID and one BPF_OBJ_GET_INFO_BY_FD per program."""
+    It reads through top's refresh machinery, one bpfsym.top.rows.Top kept for the collector's
+    life: per program and scrape BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD and close,
+    with name, type and tag decoded once per program (live.stats.Sampler); holders from top's
+    task_file iterator, or the /proc walk where it cannot load (top.holders), read when
+    Owners asks. The serving process's own iterator program is not exported, as top does
+    not list it. close() (or leaving a with block) unloads the iterator."""
 
-    def __init__(self, owners: Owners | None = None) -> None:
-        self.owners = owners or Owners()
-        self._static: dict[tuple[int, int], tuple[str, str, str]] = {}
+    def __init__(self, top: Top | None = None, owners: Owners | None = None) -> None:
+        self.top = top if top is not None else Top()
+        self.owners = owners or Owners(self.holders)
+
+    def holders(self) -> dict[int, dict[int, str]]:
+        """Program id -> {pid: comm} of the processes holding it, read now."""
+        return {prog_id: dict(held) for prog_id, held in self.top.holders.read().items()}
 
     def rows(self) -> list[ProgRow]:
-        read: list[tuple[tuple[int, int], int, int, int]] = []
-        for prog_id in progs.iter_ids():
-            try:
-                fd = progs.fd_by_id(prog_id)
-            except OSError as e:
-                if e.errno == errno.ENOENT:
-                    continue  # unloaded between GET_NEXT_ID and GET_FD_BY_ID
-                raise
-            try:
-                info = progs.basic_info(fd)
-                key = (int(info.id), int(info.load_time))
-                if key not in self._static:
-                    self._static[key] = (
-                        full_name(fd, info),
-                        prog_type_name(int(info.type)),
-                        bytes(info.tag).hex(),
-                    )
-            finally:
-                os.close(fd)
-            read.append((key, int(info.run_time_ns), int(info.run_cnt), int(info.recursion_misses)))
-        alive = {k for k, *_ in read}
-        for k in [k for k in self._static if k not in alive]:
-            del self._static[k]
-        owner = self.owners.labels(alive)
-        return [
-            ProgRow(k[0], *self._static[k], owner[k], run_ns, cnt, miss)
-            for k, run_ns, cnt, miss in read
-        ]
+        progs = list(self.top.snapshot().progs.values())
+        owner = self.owners.labels([(p.id, p.load_time) for p in progs])
+        types: dict[int, str] = {}
+        out = []
+        for p in progs:
+            tname = types.get(p.type)
+            if tname is None:
+                tname = types[p.type] = prog_type_name(p.type)
+            out.append(
+                ProgRow(
+                    p.id, p.full_name, tname, p.tag, owner[p.id, p.load_time],
+                    p.run_time_ns, p.run_cnt, p.recursion_misses,
+                )
+            )  # fmt: skip
+        return out
 
     def collect(self) -> Iterator[Metric]:
         yield from families(self.rows())
+
+    def close(self) -> None:
+        self.top.close()
+
+    def __enter__(self) -> ProgCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Fixed(Collector):
@@ -674,8 +620,8 @@ async def _run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        with RuntimeStats():
-            server = MetricsServer(registry_for(ProgCollector()), limits)
+        with RuntimeStats(), ProgCollector() as collector:
+            server = MetricsServer(registry_for(collector), limits)
             try:
                 host, bound = await server.start(address, port)
             except OSError as e:
@@ -694,7 +640,7 @@ async def _run(
                     ready(host, bound)
                 await stop.wait()
             finally:
-                await server.close()
+                await server.close()  # waits for a collection under way: then the Top closes
         return 0
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -721,4 +667,7 @@ def serve(
         return 1
     except PermissionError:
         print("bpfsym top: listing BPF programs needs CAP_SYS_ADMIN (run as root)", file=sys.stderr)
+        return 1
+    except OSError as e:  # the first read of the programs, before listening
+        print(f"bpfsym top: cannot read BPF programs: {e.strerror or e}", file=sys.stderr)
         return 1

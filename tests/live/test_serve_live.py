@@ -5,7 +5,8 @@ every run); Prometheus scrapes the endpoint every second and its query API must 
 program's counters rising at the driver's rate, labelled as bpftool and the C loader name the
 program. The same server then faces slow, idle and malformed clients while it is scraped, and
 must stop on SIGTERM with status 0; kernel.bpf_stats_enabled is read before and after, never
-written.
+written. Owners are read with top's task_file iterator, and with the /proc walk it falls back
+to (the server in a pid namespace of its own), including a comm that is not UTF-8.
 """
 
 from __future__ import annotations
@@ -26,21 +27,37 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from livekit import DEMO, ENV, Held
+from livekit import DEMO, ENV, Held, children
+from prometheus_client.parser import text_string_to_metric_families
 from promkit import PROMETHEUS_ACCEPT, Prometheus, promtool_check
-from test_top import SYSCTL, bpftool_prog, driving, fixture_prog
+from test_top import (
+    SYSCTL,
+    bpftool_prog,
+    driving,
+    fixture_prog,
+    load_unnamed_filter,
+    prog_ids_of,
+)
+
+from bpfsym.live.stats import prog_holders
+from bpfsym.top.holders import open_holders
 
 # the endpoint as a command; `bpfsym top --serve` once the integrator wires it
 SERVE = [sys.executable, "-P", "-m", "bpfsym", "top", "--serve"]
 
 
 class Served:
-    """The endpoint in a process of its own, ready once it printed the URL it serves."""
+    """The endpoint in a process of its own, ready once it printed the URL it serves.
 
-    def __init__(self, listen: str = "127.0.0.1:0") -> None:
+    With pid_namespace, the server runs as pid 1 of a pid namespace of its own (unshare), where
+    top's holders iterator reports pids that are not the server's: it reads holders from /proc
+    (the host's, not remounted) instead. `pid` is the server's own pid either way."""
+
+    def __init__(self, listen: str = "127.0.0.1:0", pid_namespace: bool = False) -> None:
         self.stderr = ""
+        prefix = ["unshare", "--pid", "--fork", "--kill-child"] if pid_namespace else []
         self.proc = subprocess.Popen(
-            [*SERVE, listen], env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+            [*prefix, *SERVE, listen], env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
         )
         assert self.proc.stderr is not None
         sel = selectors.DefaultSelector()
@@ -63,10 +80,14 @@ class Served:
         host, _, port = hostport.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.pid = self.proc.pid
+        if pid_namespace:
+            (self.pid,) = children(self.proc.pid)  # unshare's child: the server
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+            # the server itself: unshare blocks SIGTERM and SIGINT while it waits for its child
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
         _, err = self.proc.communicate(timeout=60)
         self.stderr = err.decode(errors="replace")
         return self.proc.returncode
@@ -356,3 +377,81 @@ def test_port_in_use_is_one_line() -> None:
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0], r.stderr
+
+
+# bytes a process may take as its name (prctl PR_SET_NAME) that are not UTF-8: a Latin-1 byte,
+# and a UTF-8 sequence cut short, as the kernel's 15-byte cut of a longer name may leave one
+NOT_UTF8 = b"\xffbpfsym \xe9\xc3"
+
+HOLDER = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(15, bytes.fromhex(sys.argv[1]), 0, 0, 0) != 0:  # PR_SET_NAME
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_NAME)")
+print(flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def held_by_comm(comm: bytes) -> Iterator[tuple[int, int]]:
+    """A program held open only by a child process named `comm`: (child pid, program id)."""
+    fd = load_unnamed_filter()
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            prog_id = int(next(ln.split()[1] for ln in f if ln.startswith("prog_id:")))
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, comm.hex()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            pass_fds=[fd],
+        )
+    finally:
+        os.close(fd)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"\n"
+        yield child.pid, prog_id
+    finally:
+        child.communicate(b"", timeout=30)
+
+
+def owner_labels(body: bytes) -> dict[int, str]:
+    """Program id -> the owner label of its runs series, as prometheus-client's parser reads
+    the text format."""
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):  # strict: the text is UTF-8
+        for sample in family.samples:
+            if sample.name == "bpfsym_prog_runs_total":
+                out[int(sample.labels["id"])] = sample.labels.get("owner", "")
+    return out
+
+
+def test_owner_whose_comm_is_not_utf8() -> None:
+    with held_by_comm(NOT_UTF8) as (pid, prog_id):
+        raw = Path(f"/proc/{pid}/comm").read_bytes()
+        assert raw == NOT_UTF8 + b"\n"  # the kernel prints the name as set
+        with pytest.raises(UnicodeDecodeError):
+            raw.decode()
+        want = NOT_UTF8.decode("utf-8", errors="replace")
+        # the /proc walk (top's fallback) reads it, and reads what the iterator reads
+        assert prog_holders()[prog_id] == [(pid, want)]
+        src = open_holders()
+        try:
+            assert src.kind == "iterator", getattr(src, "why", "")
+            assert src.read()[prog_id] == [(pid, want)]
+        finally:
+            src.close()
+        # the endpoint, with the iterator and in a pid namespace with the /proc walk
+        iterators, owners = [], []
+        for pid_namespace in (False, True):
+            with Served(pid_namespace=pid_namespace) as srv:
+                own = prog_ids_of(srv.pid, "anon_inode:bpf_link")  # its iterator's program
+                status, _, body = scrape(srv.url)
+                assert status == 200
+                exported = owner_labels(body)
+                iterators.append(len(own))
+                owners.append(exported[prog_id])
+                assert not own & exported.keys()  # the server's own program is not exported
+                assert srv.stop() == 0, srv.stderr
+    assert iterators == [1, 0]  # the iterator's link, then none: the /proc walk
+    assert owners == [want, want]
