@@ -57,15 +57,21 @@ class ElfFuncs:
 
     size < 0: unsized, ends within -size (its section's end). starts are the distinct
     values, firsts[i] the index of the first symbol at starts[i] (plus one past the end).
+    The numpy decode leaves values, sizes, binds, names and firsts int64 arrays (read an
+    element at a time, on a lookup's hit: making Python lists of every symbol of a big
+    table costs more than the rest of its decode); starts is a list (bisect) either way.
     """
 
-    values: list[int]
-    sizes: list[int]
-    binds: list[int]
-    names: list[int]  # st_name offsets into strtab
+    values: Any  # list[int] or an int64 array, as sizes, binds, names, firsts
+    sizes: Any
+    binds: Any
+    names: Any  # st_name offsets into strtab
     strtab: bytes
     starts: list[int]
-    firsts: list[int]
+    firsts: Any
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 NO_FUNCS = ElfFuncs([], [], [], [], b"", [], [0])
@@ -94,7 +100,7 @@ class ElfSymbols:
         self._hits: dict[int, tuple[int, str]] = {}  # index in starts -> (end, name)
         self._starts_np: Any = None
         if stripped is None:
-            stripped = not funcs.values
+            stripped = not len(funcs)
         self.why_missing = "no symbols in the ELF file (stripped)" if stripped else ""
 
     def _name(self, off: int) -> str:
@@ -106,12 +112,10 @@ class ElfSymbols:
         if got is not None:
             return got
         f = self.funcs
-        lo, hi = self._firsts[i], self._firsts[i + 1]
-        best = (f.values[lo], f.sizes[lo], f.binds[lo], self._name(f.names[lo]))
+        lo, hi = int(self._firsts[i]), int(self._firsts[i + 1])
+        best = _symbol(f, lo, self._name)
         for k in range(lo + 1, hi):
-            best = _choose_best_elf(
-                best, (f.values[k], f.sizes[k], f.binds[k], self._name(f.names[k]))
-            )
+            best = _choose_best_elf(best, _symbol(f, k, self._name))
         a, size, _, name = best
         starts = self.starts
         nxt = starts[i + 1] if i + 1 < len(starts) else a + max(abs(size), 1)
@@ -150,6 +154,11 @@ class ElfSymbols:
         if vaddr >= end:
             return None
         return name, self.starts[i]
+
+
+def _symbol(f: ElfFuncs, k: int, name: Any) -> tuple[int, int, int, str]:
+    """(value, size, binding, name) of function k, as Python ints (arrays give numpy's)."""
+    return int(f.values[k]), int(f.sizes[k]), int(f.binds[k]), name(int(f.names[k]))
 
 
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
@@ -454,13 +463,7 @@ class ElfImage:
         new[1:] = value[1:] != value[:-1]
         firsts = np.flatnonzero(new)
         return ElfFuncs(
-            value.tolist(),
-            size.tolist(),
-            bind.tolist(),
-            names.tolist(),
-            strtab,
-            value[firsts].tolist(),
-            [*firsts.tolist(), len(value)],
+            value, size, bind, names, strtab, value[firsts].tolist(), np.append(firsts, len(value))
         )
 
 
@@ -534,14 +537,14 @@ def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbol
                     dbg = f"{DEBUG_ROOT}/{bid[:2]}/{bid[2:]}.debug"
                     if os.path.exists(dbg):
                         funcs = _debug_functions(dbg, np)
-                if not funcs.values:
+                if not len(funcs):
                     funcs = elf.functions(".symtab", np)
-                if not funcs.values:
+                if not len(funcs):
                     funcs = elf.functions(".dynsym", np)
-                stripped = not funcs.values
+                stripped = not len(funcs)
                 # perf synthesizes name@plt symbols when the file's symbol table gave it
                 # anything: functions, or data objects (stripped programs' .dynsym)
-                plt = elf.plt_table() if funcs.values or elf.defines_objects() else None
+                plt = elf.plt_table() if len(funcs) or elf.defines_objects() else None
         except FormatError as e:
             return f"{path}: unreadable ELF (offset {e.offset}: {e.what})"
         except (OSError, ValueError) as e:
