@@ -5,7 +5,7 @@ pyelftools reads the structure: the file, section and program headers (its decla
 parsed by its construct), the section names, the notes and the build id, the PLT
 relocations. Symbol tables are the exception: they are decoded in bulk (numpy, else
 struct.iter_unpack) with a record derived from pyelftools' own Elf_Sym declaration,
-because iterating them through pyelftools is 30-100 times slower (bench/elf_speed.py,
+because iterating them through pyelftools is 15 to 175 times slower (bench/elf_speed.py,
 docs/elf.md). Section headers and segments are parsed one by one rather than through
 ELFFile.iter_sections()/iter_segments(), which build every section's object (a hash
 section parses its whole table, a dynamic segment walks every section). Whatever
@@ -188,18 +188,12 @@ _SYM_FIELDS = ("st_name", "st_info", "st_other", "st_shndx", "st_value", "st_siz
 def sym_record(elfclass: int, little: bool) -> tuple[struct.Struct, tuple[str, ...]]:
     """The struct.Struct of pyelftools' Elf_Sym for one ELF class and byte order, and its
     field names: the bulk decode of symbol tables reads the layout pyelftools declares."""
-    decl = _structs(elfclass, little).Elf_Sym
-    fields = [(c.name, c.sizeof()) for c in decl.subcons]
-    rec = struct.Struct(("<" if little else ">") + "".join(_CODES[n] for _, n in fields))
-    return rec, tuple(str(name) for name, _ in fields)
-
-
-@functools.cache
-def _structs(elfclass: int, little: bool) -> ELFStructs:
     s = ELFStructs(little_endian=little, elfclass=elfclass)
     s.create_basic_structs()
     s.create_advanced_structs()
-    return s
+    fields = [(c.name, c.sizeof()) for c in s.Elf_Sym.subcons]
+    rec = struct.Struct(("<" if little else ">") + "".join(_CODES[n] for _, n in fields))
+    return rec, tuple(str(name) for name, _ in fields)
 
 
 @functools.cache
