@@ -20,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+from sysconfig import get_config_var as cfg
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,8 @@ LIB = "/usr/lib/x86_64-linux-gnu"
 # (file, symbol table): big real tables of the kinds report reads
 DEFAULT = [
     (f"{LIB}/libpython3.11.so.1.0", ".dynsym"),
-    (os.path.realpath(sys.executable + "/../../lib/libpython3.11.so.1.0"), ".symtab"),
+    # the libpython this Python runs (pyenv's keeps its .symtab)
+    (os.path.join(str(cfg("LIBDIR")), str(cfg("INSTSONAME"))), ".symtab"),
     (f"{LIB}/libc.so.6", ".dynsym"),
     ("libc.so.6's build-id debug file", ".symtab"),
     ("/usr/bin/perf", ".dynsym"),
