@@ -20,8 +20,8 @@ import os
 import statistics
 import sys
 import time
-from sysconfig import get_config_var as cfg
 from collections.abc import Callable
+from sysconfig import get_config_var as cfg
 from typing import Any
 
 from elftools.elf.elffile import ELFFile
