@@ -15,6 +15,7 @@ median of --repeat runs each, interleaved (the machine may be shared).
 from __future__ import annotations
 
 import argparse
+import functools
 import mmap
 import os
 import statistics
@@ -78,6 +79,11 @@ def by_bulk(m: Any, path: str, table: str, np: Any) -> list[tuple[int, int, int,
     return list(zip(fs.values, fs.sizes, fs.binds, names, strict=True))
 
 
+def decode(m: Any, path: str, table: str, np: Any) -> Any:
+    """What the timing of the bulk decode covers: the headers (pyelftools) and the table."""
+    return ElfImage(path, m).functions(table, np)
+
+
 def timed(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
     """Each of fns run repeat times, interleaved: name -> wall times in seconds."""
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -98,10 +104,13 @@ def main() -> None:
     ap.add_argument("files", nargs="*", help="ELF files (their .symtab, else .dynsym)")
     ap.add_argument("-r", "--repeat", type=int, default=5)
     args = ap.parse_args()
+    np: Any = None
     try:
-        import numpy as np
+        import numpy
+
+        np = numpy
     except ImportError:
-        np = None
+        pass
     todo: list[tuple[str, str]] = []
     for path, table in DEFAULT if not args.files else [(f, "") for f in args.files]:
         if path.startswith("libc.so.6's"):
@@ -135,11 +144,11 @@ def main() -> None:
             ):
                 sys.exit(f"{path} {table}: the bulk decode differs from pyelftools")
             fns: dict[str, Callable[[], Any]] = {
-                "pyelftools": lambda m=m, i=idx, e=ends: by_pyelftools(m, i, e),
-                "struct": lambda m=m, p=path, t=table: ElfImage(p, m).functions(t, None),
+                "pyelftools": functools.partial(by_pyelftools, m, idx, ends),
+                "struct": functools.partial(decode, m, path, table, None),
             }
             if np is not None:
-                fns["numpy"] = lambda m=m, p=path, t=table: ElfImage(p, m).functions(t, np)
+                fns["numpy"] = functools.partial(decode, m, path, table, np)
             t = timed(fns, args.repeat)
         rs = min(t["pyelftools"]) / min(t["struct"])
         ratios_s.append(rs)
@@ -162,7 +171,7 @@ def main() -> None:
         )
     print("# a whole load_elf_symbols (structure, build id, symbols, PLT; ms: min median)")
     for path in dict.fromkeys(p for p, _ in todo):
-        t = timed({"load": lambda p=path: load_elf_symbols(p, "", np)}, args.repeat)
+        t = timed({"load": functools.partial(load_elf_symbols, path, "", np)}, args.repeat)
         print(f"  {path[-46:]:<46} {ms(t['load'])}")
 
 
