@@ -49,6 +49,7 @@ STT_GNU_IFUNC = ENUM_ST_INFO_TYPE["STT_LOOS"]  # pyelftools has no name of its o
 STB_GLOBAL = ENUM_ST_INFO_BIND["STB_GLOBAL"]
 STB_WEAK = ENUM_ST_INFO_BIND["STB_WEAK"]
 SHN_UNDEF = ENUM_ST_SHNDX["SHN_UNDEF"]
+PN_XNUM = 0xFFFF  # e_phnum saying the count is elsewhere (pyelftools has no name for it)
 
 
 @dataclass
@@ -242,7 +243,9 @@ class ElfImage:
         if elf["e_shoff"]:
             self._what = "section header"
             self._at = elf["e_shoff"]
-            self._check_entsize(elf["e_shentsize"], st.Elf_Shdr.sizeof(), "section header")
+            size = st.Elf_Shdr.sizeof()
+            self._check_entsize(elf["e_shentsize"], size, "section header")
+            self._fits(elf["e_shoff"], 1, size, "section header")  # section 0, read next
             n = elf.num_sections()  # e_shnum, or section 0's sh_size (gABI extended numbering)
             self.sections = self._table(st.Elf_Shdr, elf["e_shoff"], n, "section header")
         self.names = [""] * len(self.sections)
@@ -257,8 +260,9 @@ class ElfImage:
             self._index.setdefault(name, i)  # the first of a name, as a search from 0
         self.load_segments: list[tuple[int, int, int]] = []
         self._at, self._what = elf["e_phoff"], "program header"
-        # PN_XNUM: the count is section 0's sh_info
-        phnum = elf.num_segments() if elf["e_phoff"] and elf["e_phnum"] else 0
+        phnum = elf["e_phnum"] if elf["e_phoff"] else 0
+        if phnum == PN_XNUM and self.sections:
+            phnum = elf.num_segments()  # section 0's sh_info (gABI extended numbering)
         if phnum:
             self._check_entsize(elf["e_phentsize"], st.Elf_Phdr.sizeof(), "program header")
             for p in self._table(st.Elf_Phdr, elf["e_phoff"], phnum, "program header"):
@@ -273,10 +277,13 @@ class ElfImage:
         """n headers of pyelftools' declaration decl from off on (each checked to be in
         the file first: a corrupt count must not make a long loop)."""
         size = decl.sizeof()
-        if off + n * size > len(self.data):
-            raise FormatError(self.path, off, f"{what} table runs past the end of the file")
+        self._fits(off, n, size, what)
         stream = self.elf.stream
         return [struct_parse(decl, stream, off + k * size) for k in range(n)]
+
+    def _fits(self, off: int, n: int, size: int, what: str) -> None:
+        if off + n * size > len(self.data):
+            raise FormatError(self.path, off, f"{what} table runs past the end of the file")
 
     def _in_file(self, i: int) -> tuple[int, int]:
         h = self.sections[i]
