@@ -1,24 +1,55 @@
 """ELF files for user-space symbols: headers, PT_LOAD segments, build id, function
 symbols (also from a build-id debug file) and the PLT stubs perf names name@plt.
 
-Reads only what symbolization needs, with structs derived from formats.elf; bad input
-raises FormatError.
+pyelftools reads the structure: the file, section and program headers (its declarations,
+parsed by its construct), the section names, the notes and the build id, the PLT
+relocations. Symbol tables are the exception: they are decoded in bulk (numpy, else
+struct.iter_unpack) with a record derived from pyelftools' own Elf_Sym declaration,
+because iterating them through pyelftools is 15 to 175 times slower (bench/elf_speed.py,
+docs/elf.md). Section headers and segments are parsed one by one rather than through
+ELFFile.iter_sections()/iter_segments(), which build every section's object (a hash
+section parses its whole table, a dynamic segment walks every section). Whatever
+pyelftools or its construct raises on bad input becomes FormatError in one place
+(ElfImage._reading).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
+import io
 import mmap
+import operator
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from elftools.common.exceptions import ELFError
+from elftools.common.utils import struct_parse
+from elftools.construct import ConstructError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE, ENUM_ST_SHNDX
+from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import NoteSection, StringTableSection
+from elftools.elf.structs import ELFStructs
+
 from bpfsym.errors import FormatError
-from bpfsym.formats import elf as E
-from bpfsym.formats import struct_of
-from bpfsym.formats.elf import elf_layouts
+
+# What pyelftools raises on bad input: its own errors (construct's wrapped as ELFParseError
+# by struct_parse, not always), struct's, a bad UTF-8 name (a ValueError), a seek or read
+# outside an mmap (ValueError, OverflowError)
+_BAD_INPUT = (ELFError, ConstructError, struct.error, ValueError, OverflowError)
+
+STT_OBJECT = ENUM_ST_INFO_TYPE["STT_OBJECT"]
+STT_FUNC = ENUM_ST_INFO_TYPE["STT_FUNC"]
+STT_GNU_IFUNC = ENUM_ST_INFO_TYPE["STT_LOOS"]  # pyelftools has no name of its own for 10
+STB_GLOBAL = ENUM_ST_INFO_BIND["STB_GLOBAL"]
+STB_WEAK = ENUM_ST_INFO_BIND["STB_WEAK"]
+SHN_UNDEF = ENUM_ST_SHNDX["SHN_UNDEF"]
+PN_XNUM = 0xFFFF  # e_phnum saying the count is elsewhere (pyelftools has no name for it)
 
 
 @dataclass
@@ -27,15 +58,21 @@ class ElfFuncs:
 
     size < 0: unsized, ends within -size (its section's end). starts are the distinct
     values, firsts[i] the index of the first symbol at starts[i] (plus one past the end).
+    The numpy decode leaves values, sizes, binds, names and firsts int64 arrays (read an
+    element at a time, on a lookup's hit: making Python lists of every symbol of a big
+    table costs more than the rest of its decode); starts is a list (bisect) either way.
     """
 
-    values: list[int]
-    sizes: list[int]
-    binds: list[int]
-    names: list[int]  # st_name offsets into strtab
+    values: Any  # list[int] or an int64 array, as sizes, binds, names, firsts
+    sizes: Any
+    binds: Any
+    names: Any  # st_name offsets into strtab
     strtab: bytes
     starts: list[int]
-    firsts: list[int]
+    firsts: Any
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 NO_FUNCS = ElfFuncs([], [], [], [], b"", [], [0])
@@ -64,7 +101,7 @@ class ElfSymbols:
         self._hits: dict[int, tuple[int, str]] = {}  # index in starts -> (end, name)
         self._starts_np: Any = None
         if stripped is None:
-            stripped = not funcs.values
+            stripped = not len(funcs)
         self.why_missing = "no symbols in the ELF file (stripped)" if stripped else ""
 
     def _name(self, off: int) -> str:
@@ -76,12 +113,10 @@ class ElfSymbols:
         if got is not None:
             return got
         f = self.funcs
-        lo, hi = self._firsts[i], self._firsts[i + 1]
-        best = (f.values[lo], f.sizes[lo], f.binds[lo], self._name(f.names[lo]))
+        lo, hi = int(self._firsts[i]), int(self._firsts[i + 1])
+        best = _symbol(f, lo, self._name)
         for k in range(lo + 1, hi):
-            best = _choose_best_elf(
-                best, (f.values[k], f.sizes[k], f.binds[k], self._name(f.names[k]))
-            )
+            best = _choose_best_elf(best, _symbol(f, k, self._name))
         a, size, _, name = best
         starts = self.starts
         nxt = starts[i + 1] if i + 1 < len(starts) else a + max(abs(size), 1)
@@ -122,6 +157,11 @@ class ElfSymbols:
         return name, self.starts[i]
 
 
+def _symbol(f: ElfFuncs, k: int, name: Any) -> tuple[int, int, int, str]:
+    """(value, size, binding, name) of function k, as Python ints (arrays give numpy's)."""
+    return int(f.values[k]), int(f.sizes[k]), int(f.binds[k]), name(int(f.names[k]))
+
+
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
 
 
@@ -143,150 +183,197 @@ def build_id_cache_file(
     return None
 
 
+# Elf_Sym's fields are all unsigned words of these sizes (gABI)
+_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+# the field order the bulk decode works in (Elf64_Sym's; Elf32_Sym puts value and size first)
+_SYM_FIELDS = ("st_name", "st_info", "st_other", "st_shndx", "st_value", "st_size")
+
+
 @functools.cache
-def _elf_structs(is64: bool, little: bool) -> dict[str, struct.Struct]:
-    """struct.Structs of the formats.elf declarations for one ELF class and byte order."""
-    L = elf_layouts(is64, little)
-    names = ("ehdr", "shdr", "phdr", "sym", "nhdr", "rel", "rela")
-    return {n: struct_of(getattr(L, n))[0] for n in names}
+def sym_record(elfclass: int, little: bool) -> tuple[struct.Struct, tuple[str, ...]]:
+    """The struct.Struct of pyelftools' Elf_Sym for one ELF class and byte order, and its
+    field names: the bulk decode of symbol tables reads the layout pyelftools declares."""
+    s = ELFStructs(little_endian=little, elfclass=elfclass)
+    s.create_basic_structs()
+    s.create_advanced_structs()
+    fields = [(c.name, c.sizeof()) for c in s.Elf_Sym.subcons]
+    rec = struct.Struct(("<" if little else ">") + "".join(_CODES[n] for _, n in fields))
+    return rec, tuple(str(name) for name, _ in fields)
+
+
+@functools.cache
+def _np_dtype(np: Any, elfclass: int, little: bool) -> Any:
+    """The numpy record of sym_record (pyelftools' Elf_Sym)."""
+    rec, names = sym_record(elfclass, little)
+    order = rec.format[0]
+    codes = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8"}
+    return np.dtype([(n, order + codes[c]) for n, c in zip(names, rec.format[1:], strict=True)])
 
 
 class ElfImage:
-    """The headers of an ELF file in memory: sections, PT_LOAD segments, GNU build id.
+    """The structure of an ELF file in memory (bytes or an mmap), read by pyelftools:
+    section headers and names, PT_LOAD segments, the GNU build id; symbol tables in bulk.
 
-    Reads only what symbolization needs, with structs derived from formats.elf;
-    bad input raises FormatError.
+    Bad input raises FormatError.
     """
 
     def __init__(self, path: str, data: Any) -> None:
         self.path = path
         self.data = data
-        if len(data) < E.IDENT_SIZE or data[:4] != E.MAGIC:
-            raise FormatError(path, 0, "not an ELF file (bad magic)")
-        cls, enc = data[E.EI_CLASS], data[E.EI_DATA]
-        if cls not in (E.ELFCLASS32, E.ELFCLASS64) or enc not in (E.ELFDATA2LSB, E.ELFDATA2MSB):
-            raise FormatError(path, E.EI_CLASS, f"unknown ELF class {cls} / data encoding {enc}")
-        self.is64 = cls == E.ELFCLASS64
-        self.little = enc == E.ELFDATA2LSB
-        st = self.structs = _elf_structs(self.is64, self.little)
-        eh = st["ehdr"]
-        if len(data) < eh.size:
-            raise FormatError(path, len(data), "truncated ELF header")
-        (_, _, machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = (
-            eh.unpack_from(data, 0)
-        )
-        self.machine = machine
-        sh = st["shdr"]
-        self.sections: list[tuple[int, ...]] = []
-        if shoff:
-            if shentsize != sh.size:
-                raise FormatError(path, 0, f"section header size {shentsize}, not {sh.size}")
-            first = self._table(sh, shoff, 1, "section header")[0]
-            if shnum == 0:
-                shnum = first[5]  # sh_size of section 0 (gABI extended numbering)
-            self.sections = self._table(sh, shoff, shnum, "section header")
-            if shstrndx == E.SHN_XINDEX:
-                shstrndx = first[6]
-            if phnum == E.PN_XNUM:
-                phnum = first[7]
-        self.shstrtab = b""
-        if 0 < shstrndx < len(self.sections):
-            self.shstrtab = self.section_data(shstrndx)
-        ph = st["phdr"]
+        # where reading is, for the offset of a FormatError (see _reading)
+        self._at, self._what = 0, "ELF header"
+        with self._reading():
+            self._read_headers()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The one boundary between pyelftools and the project: its errors on bad input
+        become FormatError at the offset being read."""
+        try:
+            yield
+        except _BAD_INPUT as e:
+            raise FormatError(self.path, self._at, f"{self._what}: {e}") from None
+
+    def _read_headers(self) -> None:
+        # an mmap is a file object of its own (seek, read) for pyelftools
+        stream: Any = self.data if isinstance(self.data, mmap.mmap) else io.BytesIO(self.data)
+        elf = self.elf = ELFFile(stream)
+        self.is64 = elf.elfclass == 64
+        self.little = elf.little_endian
+        self.machine = elf["e_machine"]  # EM_* name (int when pyelftools knows none)
+        self.sym, self.sym_fields = sym_record(elf.elfclass, elf.little_endian)
+        st = elf.structs
+        self.sections: list[Any] = []
+        if elf["e_shoff"]:
+            self._what = "section header"
+            self._at = elf["e_shoff"]
+            size = st.Elf_Shdr.sizeof()
+            self._check_entsize(elf["e_shentsize"], size, "section header")
+            self._fits(elf["e_shoff"], 1, size, "section header")  # section 0, read next
+            n = elf.num_sections()  # e_shnum, or section 0's sh_size (gABI extended numbering)
+            self.sections = self._table(st.Elf_Shdr, elf["e_shoff"], n, "section header")
+        self.names = [""] * len(self.sections)
+        self._at, self._what = elf["e_shoff"], "section names"
+        shstrndx = elf.get_shstrndx() if self.sections else 0  # SHN_XINDEX: in section 0
+        if 0 < shstrndx < len(self.sections) and self.sections[shstrndx]["sh_type"] != "SHT_NOBITS":
+            self._in_file(shstrndx)
+            tab = StringTableSection(self.sections[shstrndx], "", elf)
+            self.names = [tab.get_string(h["sh_name"]) for h in self.sections]
+        self._index: dict[str, int] = {}
+        for i, name in enumerate(self.names):
+            self._index.setdefault(name, i)  # the first of a name, as a search from 0
         self.load_segments: list[tuple[int, int, int]] = []
-        if phoff and phnum:
-            if phentsize != ph.size:
-                raise FormatError(path, 0, f"program header size {phentsize}, not {ph.size}")
-            for p in self._table(ph, phoff, phnum, "program header"):
-                if self.is64:
-                    ptype, _, off, vaddr, _, filesz = p[:6]
-                else:
-                    ptype, off, vaddr, _, filesz = p[:5]
-                if ptype == E.PT_LOAD:
-                    self.load_segments.append((off, filesz, vaddr))
+        self._at, self._what = elf["e_phoff"], "program header"
+        phnum = elf["e_phnum"] if elf["e_phoff"] else 0
+        if phnum == PN_XNUM and self.sections:
+            phnum = elf.num_segments()  # section 0's sh_info (gABI extended numbering)
+        if phnum:
+            self._check_entsize(elf["e_phentsize"], st.Elf_Phdr.sizeof(), "program header")
+            for p in self._table(st.Elf_Phdr, elf["e_phoff"], phnum, "program header"):
+                if p["p_type"] == "PT_LOAD":
+                    self.load_segments.append((p["p_offset"], p["p_filesz"], p["p_vaddr"]))
 
-    def _table(self, s: struct.Struct, off: int, n: int, what: str) -> list[tuple[int, ...]]:
-        end = off + n * s.size
-        if end > len(self.data):
+    def _check_entsize(self, got: int, want: int, what: str) -> None:
+        if got != want:
+            raise FormatError(self.path, 0, f"{what} size {got}, not {want}")
+
+    def _table(self, decl: Any, off: int, n: int, what: str) -> list[Any]:
+        """n headers of pyelftools' declaration decl from off on (each checked to be in
+        the file first: a corrupt count must not make a long loop)."""
+        size = decl.sizeof()
+        self._fits(off, n, size, what)
+        stream = self.elf.stream
+        return [struct_parse(decl, stream, off + k * size) for k in range(n)]
+
+    def _fits(self, off: int, n: int, size: int, what: str) -> None:
+        if off + n * size > len(self.data):
             raise FormatError(self.path, off, f"{what} table runs past the end of the file")
-        return list(s.iter_unpack(self.data[off:end]))
 
-    def section_name(self, i: int) -> str:
-        tab = self.shstrtab
-        off = self.sections[i][0]
-        return tab[off : tab.find(b"\0", off)].decode("utf-8", "replace")
-
-    def section_by_name(self, name: str) -> int | None:
-        for i in range(len(self.sections)):
-            if self.section_name(i) == name:
-                return i
-        return None
-
-    def section_data(self, i: int) -> bytes:
-        sec = self.sections[i]
-        if sec[1] == E.SHT_NOBITS:
-            return b""
-        off, size = sec[4], sec[5]
+    def _in_file(self, i: int) -> tuple[int, int]:
+        h = self.sections[i]
+        off, size = h["sh_offset"], h["sh_size"]
         if off + size > len(self.data):
             raise FormatError(self.path, off, f"section {i} runs past the end of the file")
+        return off, size
+
+    def section_name(self, i: int) -> str:
+        return self.names[i]
+
+    def section_by_name(self, name: str) -> int | None:
+        return self._index.get(name)
+
+    def section_data(self, i: int) -> bytes:
+        """The bytes of section i as stored (b"" for SHT_NOBITS)."""
+        if self.sections[i]["sh_type"] == "SHT_NOBITS":
+            return b""
+        off, size = self._in_file(i)
         return bytes(self.data[off : off + size])
 
     def build_id(self) -> str:
         """The NT_GNU_BUILD_ID note as hex ("" when there is none)."""
-        nh = self.structs["nhdr"]
-        for i, sec in enumerate(self.sections):
-            if sec[1] != E.SHT_NOTE:
-                continue
-            data = self.section_data(i)
-            pos = 0
-            while pos + nh.size <= len(data):
-                namesz, descsz, ntype = nh.unpack_from(data, pos)
-                name_at = pos + nh.size
-                desc_at = name_at + (namesz + 3) // 4 * 4
-                if desc_at + descsz > len(data):
-                    raise FormatError(self.path, sec[4] + pos, "note runs past its section")
-                if ntype == E.NT_GNU_BUILD_ID and data[name_at : name_at + namesz] == E.NOTE_GNU:
-                    return data[desc_at : desc_at + descsz].hex()
-                pos = desc_at + (descsz + 3) // 4 * 4
+        with self._reading():
+            for i, h in enumerate(self.sections):
+                if h["sh_type"] != "SHT_NOTE":
+                    continue
+                self._what = f"notes of section {i}"
+                self._at = off = self._in_file(i)[0]
+                end = off + h["sh_size"]
+                for note in NoteSection(h, self.names[i], self.elf).iter_notes():
+                    self._at = note["n_offset"]
+                    # n_size pads the descriptor to 4 bytes; the section need not
+                    if note["n_offset"] + note["n_size"] - (-note["n_descsz"] % 4) > end:
+                        raise FormatError(self.path, self._at, "note runs past its section")
+                    if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
+                        return str(note["n_desc"])
         return ""
+
+    def _symbols(self, i: int) -> tuple[bytes, bytes] | None:
+        """(symbol records, their string table) of symbol table section i; None when it
+        has none."""
+        h = self.sections[i]
+        if h["sh_type"] == "SHT_NOBITS" or not h["sh_size"]:
+            return None
+        data = self.section_data(i)
+        if len(data) % self.sym.size:
+            raise FormatError(
+                self.path, h["sh_offset"], f"symbol table size {len(data)} is not whole"
+            )
+        link = h["sh_link"]
+        if not 0 < link < len(self.sections):
+            raise FormatError(self.path, h["sh_offset"], f"symbol table names section {link}")
+        return data, self.section_data(link)
+
+    def _rows(self, data: bytes) -> Iterator[tuple[int, ...]]:
+        """Every record of a symbol table, fields in _SYM_FIELDS' order."""
+        rows = self.sym.iter_unpack(data)
+        if self.sym_fields == _SYM_FIELDS:
+            return rows
+        return map(operator.itemgetter(*map(self.sym_fields.index, _SYM_FIELDS)), rows)
 
     def functions(self, name: str, np: Any = None) -> ElfFuncs:
         """Function symbols of the symbol table section `name` (numpy reads big ones)."""
         i = self.section_by_name(name)
-        if i is None:
+        got = None if i is None else self._symbols(i)
+        if got is None:
             return NO_FUNCS
-        sec = self.sections[i]
-        if sec[1] == E.SHT_NOBITS or not sec[5]:
-            return NO_FUNCS
-        rec = self.structs["sym"]
-        data = self.section_data(i)
-        if len(data) % rec.size:
-            raise FormatError(self.path, sec[4], f"symbol table size {len(data)} is not whole")
-        link = sec[6]
-        if not 0 < link < len(self.sections):
-            raise FormatError(self.path, sec[4], f"symbol table names section {link}")
-        strtab = self.section_data(link)
-        ends = [h[3] + h[5] for h in self.sections]  # sh_addr + sh_size
-        if np is not None and len(data) >= 64 * rec.size:
-            got = self._functions_np(np, data, ends, strtab)
-            if got is not None:
-                return got
+        data, strtab = got
+        ends = [h["sh_addr"] + h["sh_size"] for h in self.sections]
+        if np is not None and len(data) >= 64 * self.sym.size:
+            fast = self._functions_np(np, data, ends, strtab)
+            if fast is not None:
+                return fast
         nsec = len(ends)
-        if self.is64:
-            rows: Any = rec.iter_unpack(data)
-        else:
-            rows = ((n, i_, o, sh, v, sz) for n, v, sz, i_, o, sh in rec.iter_unpack(data))
         out = []
-        for name_off, info, _o, shndx, value, size in rows:
+        for name_off, info, _o, shndx, value, size in self._rows(data):
             # elf_sym__is_function: STT_FUNC or STT_GNU_IFUNC, defined, named
-            t = info & 0xF
-            if (t != E.STT_FUNC and t != E.STT_GNU_IFUNC) or shndx == 0 or not name_off:
+            t = info & 0xF  # ELF_ST_TYPE
+            if (t != STT_FUNC and t != STT_GNU_IFUNC) or shndx == SHN_UNDEF or not name_off:
                 continue
             if not size and shndx < nsec:
                 # an unsized symbol ends with its section at the latest (_init must not
                 # swallow the .plt stubs after it, which perf names name@plt)
                 size = -(ends[shndx] - value)
-            out.append((value, size, info >> 4, name_off))
+            out.append((value, size, info >> 4, name_off))  # info >> 4: ELF_ST_BIND
         out.sort(key=_first)
         starts: list[int] = []
         firsts: list[int] = []
@@ -305,16 +392,13 @@ class ElfImage:
         which perf's symbol loading counts as well as functions."""
         for name in (".symtab", ".dynsym"):
             i = self.section_by_name(name)
-            if i is None or self.sections[i][1] == E.SHT_NOBITS:
+            if i is None or self.sections[i]["sh_type"] == "SHT_NOBITS":
                 continue
-            rec = self.structs["sym"]
             data = self.section_data(i)
-            for f in rec.iter_unpack(data[: len(data) // rec.size * rec.size]):
-                if self.is64:
-                    name_off, info, _o, shndx = f[:4]
-                else:
-                    name_off, info, shndx = f[0], f[3], f[5]
-                if info & 0xF == E.STT_OBJECT and shndx != 0 and name_off:
+            for name_off, info, _o, shndx, *_ in self._rows(
+                data[: len(data) // self.sym.size * self.sym.size]
+            ):
+                if info & 0xF == STT_OBJECT and shndx != SHN_UNDEF and name_off:
                     return True
             return False
         return False
@@ -331,30 +415,37 @@ class ElfImage:
         if dyn is None or rel_i is None or plt_i is None:
             return None
         dsec, rsec, psec = self.sections[dyn], self.sections[rel_i], self.sections[plt_i]
-        if dsec[1] != E.SHT_DYNSYM or rsec[1] not in (E.SHT_RELA, E.SHT_REL) or rsec[6] != dyn:
+        if (
+            dsec["sh_type"] != "SHT_DYNSYM"
+            or rsec["sh_type"] not in ("SHT_RELA", "SHT_REL")
+            or rsec["sh_link"] != dyn
+        ):
             return None
-        if not 0 < dsec[6] < len(self.sections):
+        if not 0 < dsec["sh_link"] < len(self.sections):
             return None
-        strtab = self.section_data(dsec[6])
-        header, entry = PLT_LAYOUTS.get(self.machine, (psec[9], psec[9]))
+        strtab = self.section_data(dsec["sh_link"])
+        entsize = psec["sh_entsize"]
+        header, entry = PLT_LAYOUTS.get(self.machine, (entsize, entsize))
         if not strtab or not entry:
             return None
-        rec = self.structs["rela" if rsec[1] == E.SHT_RELA else "rel"]
-        rels = self.section_data(rel_i)
+        with self._reading():
+            self._at, self._what = rsec["sh_offset"], f"relocations of section {rel_i}"
+            # pyelftools checks sh_entsize against its Elf_Rel or Elf_Rela
+            rec = RelocationSection(rsec, self.names[rel_i], self.elf).entry_struct
+        data = self.section_data(rel_i)
         # sh_addr, not perf's sh_offset: report looks symbols up by address
         return PltTable(
-            psec[3] + header, entry, len(rels) // rec.size, rels, rec,
-            32 if self.is64 else 8, self.section_data(dyn), self.structs["sym"], strtab,
-            self.path,
+            psec["sh_addr"] + header, entry, len(data) // rec.sizeof(), data, rec,
+            self.section_data(dyn), self.elf.structs.Elf_Sym, strtab,
         )  # fmt: skip
 
     def _functions_np(self, np: Any, data: bytes, ends: list[int], strtab: bytes) -> Any:
         """functions() with numpy; None when values are too big for int64 arithmetic."""
-        a = np.frombuffer(data, dtype=_np_dtype(np, self.is64, self.little))
+        a = np.frombuffer(data, dtype=_np_dtype(np, 64 if self.is64 else 32, self.little))
         t = a["st_info"] & 0xF
         shndx = a["st_shndx"]
         keep = np.flatnonzero(
-            ((t == E.STT_FUNC) | (t == E.STT_GNU_IFUNC)) & (shndx != 0) & (a["st_name"] != 0)
+            ((t == STT_FUNC) | (t == STT_GNU_IFUNC)) & (shndx != SHN_UNDEF) & (a["st_name"] != 0)
         )
         value = a["st_value"][keep]
         if len(keep) and int(value.max()) >= 1 << 62:
@@ -377,23 +468,8 @@ class ElfImage:
         new[1:] = value[1:] != value[:-1]
         firsts = np.flatnonzero(new)
         return ElfFuncs(
-            value.tolist(),
-            size.tolist(),
-            bind.tolist(),
-            names.tolist(),
-            strtab,
-            value[firsts].tolist(),
-            [*firsts.tolist(), len(value)],
+            value, size, bind, names, strtab, value[firsts].tolist(), np.append(firsts, len(value))
         )
-
-
-@functools.cache
-def _np_dtype(np: Any, is64: bool, little: bool) -> Any:
-    """The numpy record of formats.elf's sym (same fields as its struct_of)."""
-    s, names = struct_of(elf_layouts(is64, little).sym)
-    order = s.format[0]
-    codes = {"B": "u1", "H": "u2", "I": "u4", "L": "u4", "Q": "u8"}
-    return np.dtype([(n, order + codes[c]) for n, c in zip(names, s.format[1:], strict=True)])
 
 
 def _first(x: tuple[int, ...]) -> int:
@@ -401,38 +477,42 @@ def _first(x: tuple[int, ...]) -> int:
 
 
 # e_machine -> (PLT header size, PLT entry size) where .plt's sh_entsize is not both
+# (perf 6.1 util/symbol-elf.c, dso__synthesize_plt_symbols)
 PLT_LAYOUTS = {
-    E.EM_ARM: (20, 12),
-    E.EM_AARCH64: (32, 16),
-    E.EM_SPARC: (48, 12),
-    E.EM_SPARCV9: (128, 32),
+    "EM_ARM": (20, 12),
+    "EM_AARCH64": (32, 16),
+    "EM_SPARC": (48, 12),
+    "EM_SPARCV9": (128, 32),
 }
 
 
 class PltTable:
     """The PLT stubs perf names name@plt: entry i (relocation i of .rela.plt) starts at
     lo + i * entry and is named after the .dynsym symbol the relocation refers to.
-    Names are read when a lookup lands in a stub."""
+    Names are read (with pyelftools' Elf_Rel(a) and Elf_Sym, from copies of the sections)
+    when a lookup lands in a stub."""
 
     def __init__(
-        self, lo: int, entry: int, n: int, rels: bytes, rec: struct.Struct, shift: int,
-        syms: bytes, sym: struct.Struct, strtab: bytes, path: str,
+        self, lo: int, entry: int, n: int, rels: bytes, rel: Any, syms: bytes, sym: Any,
+        strtab: bytes,
     ) -> None:  # fmt: skip
         self.lo, self.entry, self.n = lo, entry, n
         self.hi = lo + n * entry
-        self._rels, self._rec, self._shift = rels, rec, shift
-        self._syms, self._sym, self._strtab = syms, sym, strtab
-        self._path = path
+        self._rels, self._rel, self._rel_size = rels, rel, rel.sizeof()
+        self._syms, self._sym, self._sym_size = syms, sym, sym.sizeof()
+        self._strtab = strtab
 
     def index(self, vaddr: int) -> int:
         """The entry covering vaddr, -1 outside the stubs."""
         return (vaddr - self.lo) // self.entry if self.lo <= vaddr < self.hi else -1
 
     def name(self, i: int) -> str:
-        idx = self._rec.unpack_from(self._rels, i * self._rec.size)[1] >> self._shift
-        if (idx + 1) * self._sym.size > len(self._syms):
+        at = i * self._rel_size
+        idx = self._rel.parse(self._rels[at : at + self._rel_size])["r_info_sym"]
+        at = idx * self._sym_size
+        if at + self._sym_size > len(self._syms):
             return "@plt"  # a relocation naming no symbol: perf prints the bare suffix
-        off = self._sym.unpack_from(self._syms, idx * self._sym.size)[0]
+        off = self._sym.parse(self._syms[at : at + self._sym_size])["st_name"]
         tab = self._strtab
         name = tab[off : tab.find(b"\0", off)] if off < len(tab) else b""
         return name.decode("utf-8", "replace") + "@plt"
@@ -462,14 +542,14 @@ def load_elf_symbols(path: str, build_id: str = "", np: Any = None) -> ElfSymbol
                     dbg = f"{DEBUG_ROOT}/{bid[:2]}/{bid[2:]}.debug"
                     if os.path.exists(dbg):
                         funcs = _debug_functions(dbg, np)
-                if not funcs.values:
+                if not len(funcs):
                     funcs = elf.functions(".symtab", np)
-                if not funcs.values:
+                if not len(funcs):
                     funcs = elf.functions(".dynsym", np)
-                stripped = not funcs.values
+                stripped = not len(funcs)
                 # perf synthesizes name@plt symbols when the file's symbol table gave it
                 # anything: functions, or data objects (stripped programs' .dynsym)
-                plt = elf.plt_table() if funcs.values or elf.defines_objects() else None
+                plt = elf.plt_table() if len(funcs) or elf.defines_objects() else None
         except FormatError as e:
             return f"{path}: unreadable ELF (offset {e.offset}: {e.what})"
         except (OSError, ValueError) as e:
@@ -486,10 +566,10 @@ def _choose_best_elf(a: tuple[int, int, int, str], b: tuple[int, int, int, str])
     """perf's choose_best_symbol: sized, non-weak, global, fewer leading _, longer name."""
     if (a[1] <= 0) != (b[1] <= 0):
         return a if a[1] > 0 else b
-    if (a[2] == 2) != (b[2] == 2):
-        return b if a[2] == 2 else a
-    if (a[2] == 1) != (b[2] == 1):
-        return a if a[2] == 1 else b
+    if (a[2] == STB_WEAK) != (b[2] == STB_WEAK):
+        return b if a[2] == STB_WEAK else a
+    if (a[2] == STB_GLOBAL) != (b[2] == STB_GLOBAL):
+        return a if a[2] == STB_GLOBAL else b
     ua = len(a[3]) - len(a[3].lstrip("_"))
     ub = len(b[3]) - len(b[3].lstrip("_"))
     if ua != ub:
