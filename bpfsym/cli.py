@@ -114,6 +114,12 @@ def main(argv: list[str] | None = None, kallsyms_reader: Any = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except RuntimeError as e:
+        # Python wraps a KeyboardInterrupt raised inside a class's __set_name__ (a module
+        # importing late, pyelftools' cached properties) in a RuntimeError
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            return 130
+        raise
     except Exception as e:
         line = one_line(e)
         if line is None:
@@ -136,6 +142,10 @@ def entry() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the commands handle it
         code = main(argv, reader)  # Ctrl-C before a command's own handling too
     except KeyboardInterrupt:
+        code = 130
+    except RuntimeError as e:
+        if not isinstance(e.__cause__, KeyboardInterrupt):
+            raise
         code = 130
     try:
         sys.stdout.flush()
