@@ -1741,6 +1741,13 @@ class IntelPT:
             return
         self._set_current_tid(cpu, pid, tid)
 
+    def binaries_failed(self, keys: list[Hashable]) -> None:
+        """Binaries perf tried to read before the decoder walks them: their first failed
+        walk is the only one it reports (vdso.c machine__thread_dso_type reads every
+        '/'-named binary of a task's maps when its [vdso] is mapped)."""
+        for key in keys:
+            self.dso_status.setdefault(key, False)
+
     def itrace_start(self, cpu: int, pid: int, tid: int) -> None:
         if self.config.per_cpu_mmaps:
             self._set_current_tid(cpu, pid, tid)
