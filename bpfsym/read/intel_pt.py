@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
@@ -67,7 +67,7 @@ BAD_PACKET = -2
 NO_CTX, BLK_4_CTX, BLK_8_CTX = 0, 1, 2
 
 # IP bytes of a TIP/FUP/TIP.PGE/TIP.PGD packet by its IPBytes field (count); None: reserved
-_IP_LEN = (0, 2, 4, 6, 6, None, 8, None)
+_IP_LEN: tuple[int | None, ...] = (0, 2, 4, 6, 6, None, 8, None)
 
 # packets after which a block item can no longer follow (perf's intel_pt_upd_pkt_ctx)
 _ENDS_BLOCK = frozenset(
@@ -183,15 +183,15 @@ def _packet(buf: bytes, i: int, n: int, ctx: int) -> tuple[int, int, int, int]:
             shift += 7
             more = c & 1
         return CYC, 0, payload, length
-    kind = _IP_KINDS.get(b & 0x1F)
-    if kind is not None:
+    ip_kind = _IP_KINDS.get(b & 0x1F)
+    if ip_kind is not None:
         count = b >> 5
         iplen = _IP_LEN[count]
         if iplen is None:
             return BAD, 0, 0, BAD_PACKET
         if n - i < iplen + 1:
             return BAD, 0, 0, NEED_MORE
-        return kind, count, _le(buf, i + 1, iplen) if iplen else 0, iplen + 1
+        return ip_kind, count, _le(buf, i + 1, iplen) if iplen else 0, iplen + 1
     if b == 0x19:
         if n - i < 8:
             return BAD, 0, 0, NEED_MORE
@@ -205,10 +205,10 @@ def _packet(buf: bytes, i: int, n: int, ctx: int) -> tuple[int, int, int, int]:
             return BAD, 0, 0, NEED_MORE
         b1 = buf[i + 1]
         if b1 >> 5 == 0:
-            bits = _MODE_EXEC_BITS[b1 & 3]
-            if bits is None:
+            width = _MODE_EXEC_BITS[b1 & 3]
+            if width is None:
                 return BAD, 0, 0, BAD_PACKET
-            return MODE_EXEC, b1, bits, 2
+            return MODE_EXEC, b1, width, 2
         if b1 >> 5 == 1 and b1 & 3 != 3:
             return MODE_TSX, 0, b1 & 3, 2
         return BAD, 0, 0, BAD_PACKET
@@ -235,7 +235,7 @@ class Packet(NamedTuple):
     offset: int
     length: int
     kind: int
-    count: int
+    cnt: int  # perf's packet.count: IPBytes, TNT bits, MODE.Exec byte, TMA's FC ...
     payload: int
 
     @property
@@ -334,6 +334,8 @@ class PtConfig:
         )
         if c.timeless and not c.time_mult:
             c.time_mult = 1
+        if not c.time_mult:
+            raise ValueError("AUXTRACE_INFO time multiplier 0")
         c.sampling_mode = any(
             a.sample_type & SAMPLE_AUX and int(a.attr.aux_sample_size) for a in attrs
         )
@@ -366,13 +368,17 @@ class PtConfig:
         """tsc.c perf_time_to_tsc, in u64 arithmetic."""
         t = (ns - self.time_zero) & U64
         quot, rem = divmod(t, self.time_mult)
-        return ((quot << self.time_shift) + ((rem << self.time_shift) & U64) // self.time_mult) & U64
+        return (
+            (quot << self.time_shift) + ((rem << self.time_shift) & U64) // self.time_mult
+        ) & U64
 
     def tsc_to_perf_time(self, cyc: int) -> int:
         """tsc.c tsc_to_perf_time, in u64 arithmetic."""
         quot = cyc >> self.time_shift
         rem = cyc & ((1 << self.time_shift) - 1)
-        return (self.time_zero + quot * self.time_mult + ((rem * self.time_mult) >> self.time_shift)) & U64
+        return (
+            self.time_zero + quot * self.time_mult + ((rem * self.time_mult) >> self.time_shift)
+        ) & U64
 
 
 # ---- the decoder -----------------------------------------------------------
@@ -414,6 +420,19 @@ ERR_CODES = {ENOSYS: 2, EBADMSG: 3, ENODATA: 4, EILSEQ: 5, ENOENT: 6, EOVERFLOW:
 ERR_NODATA = 4
 ERR_UNKNOWN = 9
 MAX_EVDS = 64
+
+
+@dataclass
+class _CycToTsc:
+    """What the CYC-to-TSC lookahead carries from packet to packet."""
+
+    last_mtc: int
+    ctc_delta: int
+    timestamp: int
+    fixup: bool
+    cycle_cnt: int = 0
+    cbr: int = 0
+    cbr_cyc_to_tsc: float = 0.0
 
 
 class State:
@@ -801,48 +820,46 @@ class _Decoder:
 
     def _calc_cyc_to_tsc(self) -> None:
         """TSC ticks per CPU cycle from the CYCs up to the next MTC (intel_pt_calc_cyc_cb)."""
-        d = {
-            "cycle_cnt": 0, "cbr": 0, "last_mtc": self.last_mtc, "ctc_delta": self.ctc_delta,
-            "timestamp": self.timestamp, "fixup": self.fixup_last_mtc, "cbr_cyc_to_tsc": 0.0,
-        }  # fmt: skip
+        d = _CycToTsc(self.last_mtc, self.ctc_delta, self.timestamp, self.fixup_last_mtc)
 
         def cb(kind: int, count: int, payload: int, last: int) -> bool:
             if kind in _CYC_IGNORED:
                 return False
             if kind == CYC:
-                d["cycle_cnt"] += payload
+                d.cycle_cnt += payload
                 return False
             if kind == CBR:
-                if d["cbr"] and d["cbr"] != payload:
+                if d.cbr and d.cbr != payload:
                     return True
-                d["cbr"] = payload
-                d["cbr_cyc_to_tsc"] = self.mnt / payload if payload else float("inf")
+                d.cbr = payload
+                d.cbr_cyc_to_tsc = self.mnt / payload if payload else float("inf")
                 return False
-            if kind != MTC or not self.have_tma:
-                return True if kind != MTC else False
-            mtc = payload
-            if self.mtc_shift > 8 and d["fixup"]:
-                d["fixup"] = False
-                d["last_mtc"] = self._fixup_last_mtc(mtc, d["last_mtc"])
-            lm = d["last_mtc"]
-            delta = mtc - lm if mtc > lm else mtc + 256 - lm
-            d["ctc_delta"] += (delta << self.mtc_shift) & 0xFFFFFFFF
-            d["last_mtc"] = mtc
-            ts = self._ctc_ts(self.ctc_timestamp, d["ctc_delta"])
-            if ts < d["timestamp"]:
+            if kind != MTC:
+                return True
+            if not self.have_tma:
+                return False
+            if self.mtc_shift > 8 and d.fixup:
+                d.fixup = False
+                d.last_mtc = self._fixup_last_mtc(payload, d.last_mtc)
+            lm = d.last_mtc
+            delta = payload - lm if payload > lm else payload + 256 - lm
+            d.ctc_delta += (delta << self.mtc_shift) & 0xFFFFFFFF
+            d.last_mtc = payload
+            ts = self._ctc_ts(self.ctc_timestamp, d.ctc_delta)
+            if ts < d.timestamp:
                 return True
             if last != CYC:
-                d["timestamp"] = ts
+                d.timestamp = ts
                 return False
-            if not d["cbr"] and self.cbr:
-                d["cbr"] = self.cbr
-                d["cbr_cyc_to_tsc"] = self.cbr_cyc_to_tsc
-            if not d["cycle_cnt"]:
+            if not d.cbr and self.cbr:
+                d.cbr = self.cbr
+                d.cbr_cyc_to_tsc = self.cbr_cyc_to_tsc
+            if not d.cycle_cnt:
                 return True
-            ratio = ((ts - self.timestamp) & U64) / d["cycle_cnt"]
-            base = d["cbr_cyc_to_tsc"]
-            if d["cbr"] and ratio > base and ratio / base > 1.25:
-                return True
+            ratio = ((ts - self.timestamp) & U64) / d.cycle_cnt
+            base = d.cbr_cyc_to_tsc
+            if d.cbr and ratio > base and ratio / base > 1.25:
+                return True  # "too big (c.f. CBR-based value)"
             self.calc_cyc_to_tsc = ratio
             self.have_calc_cyc_to_tsc = True
             return True
@@ -1243,9 +1260,9 @@ class _Decoder:
             if k == PSB:
                 s.psb_offset = self.pos
                 self.psb_ip = 0
-                err = self._psb_with_fup()
-                if err is not None:
-                    return err
+                with_fup = self._psb_with_fup()
+                if with_fup is not None:
+                    return with_fup
                 err = self._psb()
                 if err == EAGAIN:
                     fetch = False
@@ -1741,7 +1758,7 @@ class IntelPT:
             return
         self._set_current_tid(cpu, pid, tid)
 
-    def binaries_failed(self, keys: list[Hashable]) -> None:
+    def binaries_failed(self, keys: Iterable[Hashable]) -> None:
         """Binaries perf tried to read before the decoder walks them: their first failed
         walk is the only one it reports (vdso.c machine__thread_dso_type reads every
         '/'-named binary of a task's maps when its [vdso] is mapped)."""

@@ -56,6 +56,7 @@ class OrderedPass:
         self.chain_cache: dict[tuple, tuple[Sym, ...]] = {}
         self.chain_kgen = -1
         self.trace: TraceSamples | None = None  # the samples perf synthesizes from AUX data
+        self.trace_log: list[intel_pt.SynthSample] | None = None  # set: they are kept here
 
     def run(self) -> None:
         pd = self.pd
@@ -354,11 +355,15 @@ class TraceSamples:
         self.pd.header.warnings.append(note)
         if self.pt.unsynthesized:
             what = ", ".join(f"{n} {k}" for k, n in sorted(self.pt.unsynthesized.items()))
-            self.pd.header.warnings.append(f"Intel PT samples perf would synthesize, not made: {what}")
+            self.pd.header.warnings.append(
+                f"Intel PT samples perf would synthesize, not made: {what}"
+            )
 
     def add(self, s: intel_pt.SynthSample) -> None:
         """One synthesized sample into the aggregates, keyed as the pass keys samples."""
         ordered = self.ordered
+        if ordered.trace_log is not None:
+            ordered.trace_log.append(s)
         sym = ordered.sideband.sym
         layout = ordered.query.layout
         agg = ordered.agg
