@@ -308,3 +308,43 @@ def test_mutated_file_is_read_or_refused_with_a_format_error(edits: list[tuple[i
         except FormatError:
             return
         assert an.total_samples >= 0
+
+
+def test_other_trace_types_are_skipped_with_a_note() -> None:
+    # the corpus file with its AUXTRACE_INFO retyped as ARM CoreSight ETM (3): its own
+    # events read as perf reads the original file, no synthesized ones, and a note why
+    with open(FILE, "rb") as f:
+        data = bytearray(f.read())
+    with PerfData(FILE) as pd:
+        for _rtype, _misc, _buf, _start, _size, off in pd.records():
+            if _rtype == 70:  # PERF_RECORD_AUXTRACE_INFO: u32 type after the header
+                data[off + 8 : off + 12] = (3).to_bytes(4, "little")
+                break
+    theirs = _perf(["report", "-i", FILE, "--stdio", "--no-children", "-g", "none",
+                    "--sort", "comm,dso,sym"])  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "etm.data")
+        with open(path, "wb") as f:
+            f.write(data)
+        p = subprocess.run(
+            [sys.executable, "-P", "-m", "bpfsym", "report", "-i", path, "--stdio", "--no-side",
+             "--sort", "comm,dso,sym"],
+            capture_output=True, timeout=300, check=True,
+        )  # fmt: skip
+    ours = p.stdout.decode()
+    assert "ARM CoreSight ETM AUX-area trace is not decoded" in ours
+    assert "of event 'cbr'" not in ours and "of event 'psb'" not in ours
+    assert _cycles_rows(ours) == _cycles_rows(theirs) != {}
+
+
+def _cycles_rows(text: str) -> dict[tuple[str, ...], str]:
+    rows: dict[tuple[str, ...], str] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("# Samples:"):
+            inside = "event 'cycles'" in line
+            continue
+        m = re.match(r"^\s+(\d+\.\d+)%\s+(?:\d+\s+)?(\S+)\s+(\S+)\s+(\[.\] \S+)\s*$", line)
+        if inside and m and float(m[1]) >= 0.5:
+            rows[(m[2], m[3], m[4])] = m[1]
+    return rows
