@@ -1930,16 +1930,6 @@ def _s32(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-def auxtrace_info_words(data: bytes, little: bool) -> tuple[int, tuple[int, ...]]:
-    """AUXTRACE_INFO's body after the header: (type, priv words)."""
-    if len(data) < 8:
-        raise FormatError("", 0, "AUXTRACE_INFO record too small")
-    order = "<" if little else ">"
-    kind = struct.unpack_from(order + "I", data, 0)[0]
-    n = (len(data) - 8) // 8
-    return kind, struct.unpack_from(f"{order}{n}Q", data, 8)
-
-
 PERF_TYPE_SYNTH = 0x80000000  # util/event.h: INT_MAX + 1U
 SYNTH_INDEX_BASE = 1 << 30  # event indexes after any of the file's own
 
