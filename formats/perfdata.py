@@ -266,8 +266,6 @@ class PerfDataLayouts:
         self.itrace_start = Struct("pid" / t.u32, "tid" / t.u32)
         # PERF_RECORD_SWITCH_CPU_WIDE body: the task switched to (out) or from (in)
         self.switch_cpu_wide = Struct("next_prev_pid" / t.u32, "next_prev_tid" / t.u32)
-        # PERF_RECORD_AUX body: where new AUX data landed and PERF_AUX_FLAG_* flags
-        self.aux = Struct("aux_offset" / t.u64, "aux_size" / t.u64, "flags" / t.u64)
         # PERF_RECORD_ID_INDEX body: nr then struct id_index_entry[nr]
         self.id_index = Struct(
             "nr" / t.u64,

@@ -10,6 +10,7 @@ from typing import Any
 from bpfsym.errors import FormatError
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
+from bpfsym.formats import struct_of
 from bpfsym.read import intel_pt
 from bpfsym.read.perfdata import EventAttr, PerfData
 from bpfsym.report.aggregates import Aggregates, EventStats
@@ -264,7 +265,9 @@ class TraceSamples:
         self.pt = pt
         self.attrs = attrs
         pd = ordered.pd
-        self.switch_body = struct.Struct(("<" if pd.little else ">") + "II")
+        # SWITCH_CPU_WIDE's next_prev_pid, next_prev_tid; ITRACE_START's pid, tid
+        self.switch_body = struct_of(pd.L.switch_cpu_wide)[0]
+        self.itrace_body = struct_of(pd.L.itrace_start)[0]
         # perf's hists merge rows without a symbol by address alone (sort.c sort__sym_cmp):
         # the first sample's privilege level is the row's. Applied to these samples.
         self.first: dict[tuple, Sym] = {}
@@ -311,7 +314,8 @@ class TraceSamples:
         if size < 8 + body:
             raise FormatError(self.pd.path, off, f"record type {rtype} too small")
         tr = self.pd.trailer(buf, start, size, rtype, body) or {}
-        a, b = self.switch_body.unpack_from(buf, start + 8) if body else (-1, -1)
+        body_of = self.itrace_body if rtype == K.RECORD_ITRACE_START else self.switch_body
+        a, b = body_of.unpack_from(buf, start + 8) if body else (-1, -1)
         t = tr.get("time", 0)
         args = (tr.get("cpu", -1), tr.get("pid", -1), tr.get("tid", -1), _s32(a), _s32(b))
         return t, args
