@@ -79,6 +79,20 @@ RECORD_COMPRESSED = 81
 RECORD_FINISHED_INIT = 82
 RECORD_COMPRESSED2 = 83
 
+# enum auxtrace_type (tools/perf/util/auxtrace.h): AUXTRACE_INFO.type
+AUXTRACE_INTEL_PT = 1
+AUXTRACE_NAMES = {
+    1: "Intel PT",
+    2: "Intel BTS",
+    3: "ARM CoreSight ETM",
+    4: "ARM SPE",
+    5: "s390 CPU-MF",
+    6: "HiSilicon PTT",
+}
+
+# perf_event_header.misc of PERF_RECORD_SWITCH(_CPU_WIDE): the task is switched out
+MISC_SWITCH_OUT = 1 << 13
+
 # enum of perf.data feature bits (tools/perf/util/header.h)
 HEADER_TRACING_DATA = 1
 HEADER_BUILD_ID = 2
@@ -245,6 +259,14 @@ class PerfDataLayouts:
             "size" / t.u64, "offset" / t.u64, "reference" / t.u64,
             "idx" / t.u32, "tid" / t.u32, "cpu" / t.u32, "reserved" / t.u32,
         )  # fmt: skip
+        # struct perf_record_auxtrace_info (after perf_event_header): u32 type (enum
+        # auxtrace_type), u32 reserved, then u64 priv[] to header.size (per trace type:
+        # Intel PT's in tools/perf/util/intel-pt.h, INTEL_PT_PMU_TYPE ...)
+        self.auxtrace_info = Struct("type" / t.u32, "reserved" / t.u32)
+        # PERF_RECORD_ITRACE_START body (perf_event.h): the task whose tracing started
+        self.itrace_start = Struct("pid" / t.u32, "tid" / t.u32)
+        # PERF_RECORD_SWITCH_CPU_WIDE body: the task switched to (out) or from (in)
+        self.switch_cpu_wide = Struct("next_prev_pid" / t.u32, "next_prev_tid" / t.u32)
         # PERF_RECORD_ID_INDEX body: nr then struct id_index_entry[nr]
         self.id_index = Struct(
             "nr" / t.u64,

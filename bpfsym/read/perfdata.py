@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -32,6 +32,9 @@ from bpfsym.read.event_names import (
 from bpfsym.read.features import WANTED_FEATURES, Header, parse_at, parse_feature
 
 CHUNK = 1 << 20
+
+# takes an AUXTRACE record's trace: (record head, the bytes (pipe mode) or None, file offset)
+AuxSink = Callable[[tuple[int, ...], "bytes | None", int], None]
 
 
 # records whose kernel header.size may be inflated by other listeners' id_header_size
@@ -98,6 +101,11 @@ class PerfData:
         self._map: mmap.mmap | None = None
         self.names = EventNames()  # perf's naming, fed as the header and records arrive
         self._tracepoints: dict[int, str] | None = None
+        # AUX-area tracing: AUXTRACE_INFO's (type, priv words) once read, and who takes
+        # each AUXTRACE record's trace (aux_sink(head, data, file_offset): the bytes in
+        # pipe mode, else None and where they are in the file)
+        self.auxtrace_info: tuple[int, tuple[int, ...]] | None = None
+        self.aux_sink: AuxSink | None = None
         self._layout_changed()
         try:
             self._read_header()
@@ -137,6 +145,7 @@ class PerfData:
         self.section = struct_of(self.L.section)[0]  # perf_file_section: offset, size
         self._auxtrace = struct_of(self.L.auxtrace)[0]  # size, offset, reference, ...
         self._event_update_head = struct_of(self.L.event_update)[0]  # type, id
+        self._auxtrace_info_head = struct_of(self.L.auxtrace_info)[0]  # type, reserved
         self.ints = integers(self.little)
         self.u64 = self.ints.u64
         self.hdr = K.layouts(self.little).fast.header  # type, misc, size
@@ -321,18 +330,25 @@ class PerfData:
                             self._id_index(buf, i, size, off)
                         elif rtype == F.RECORD_EVENT_UPDATE:
                             self._event_update(buf, i, size, off)
+                        elif rtype == F.RECORD_AUXTRACE_INFO:
+                            self._auxtrace_info(buf, i, size, off)
                         elif rtype in PAYLOAD_AFTER:
                             # bytes that follow the record outside header.size (session.c:
                             # the handler's return value moves the reading on)
                             extra = self._payload_size(rtype, buf, i, size, off)
                             if extra:
                                 yield rtype, misc, buf, i, size, off
+                                sink = self.aux_sink if rtype == F.RECORD_AUXTRACE else None
+                                head = self._auxtrace.unpack_from(buf, i + 8) if sink else None
                                 payload = self._payload(
                                     f, buf, i + size, n, extra, end, off + size,
-                                    rtype == F.RECORD_HEADER_TRACING_DATA,
+                                    rtype == F.RECORD_HEADER_TRACING_DATA
+                                    or (sink is not None and self.pipe),
                                 )  # fmt: skip
                                 if rtype == F.RECORD_HEADER_TRACING_DATA:
                                     self._tracing_data(payload)
+                                elif sink is not None and head is not None:
+                                    sink(head, payload if self.pipe else None, off + size)
                                 if i + size + extra <= n:
                                     i += size + extra
                                     continue
@@ -401,6 +417,37 @@ class PerfData:
                 got += chunk
             need -= len(chunk)
         return bytes(got)
+
+    def _auxtrace_info(self, buf: bytes, i: int, size: int, off: int) -> None:
+        """PERF_RECORD_AUXTRACE_INFO: the trace type and its decoder's settings (priv[])."""
+        body = 8 + self.L.auxtrace_info.sizeof()
+        if size < body:
+            raise FormatError(self.path, off, "AUXTRACE_INFO record too small")
+        kind = self._auxtrace_info_head.unpack_from(buf, i + 8)[0]
+        nwords = (size - body) // 8
+        self.auxtrace_info = (kind, tuple(self.ints.array("Q", nwords).unpack_from(buf, i + body)))
+        if kind != F.AUXTRACE_INTEL_PT:
+            what = F.AUXTRACE_NAMES.get(kind, f"type {kind}")
+            self.header.warnings.append(
+                f"the {what} AUX-area trace is not decoded: perf report would add the"
+                " events it synthesizes from it"
+            )
+
+    def auxtrace_buffers(self) -> list[tuple[tuple[int, ...], int]]:
+        """Every AUXTRACE record of a file, read ahead as perf queues them all when it
+        meets AUXTRACE_INFO (auxtrace.c auxtrace_queue_data): (its head: size, offset,
+        reference, idx, tid, cpu, reserved; the file offset of its trace). The file is
+        read through a second handle; this pass's position is not moved."""
+        out: list[tuple[tuple[int, ...], int]] = []
+        with PerfData(self.path) as ahead:
+
+            def take(head: tuple[int, ...], _data: bytes | None, at: int) -> None:
+                out.append((head, at))
+
+            ahead.aux_sink = take
+            for _ in ahead.records():
+                pass
+        return out
 
     def _event_update(self, buf: bytes, i: int, size: int, off: int) -> None:
         # PERF_RECORD_EVENT_UPDATE of type NAME names an event by id (pipe mode)
@@ -593,6 +640,7 @@ PAYLOAD_AFTER = frozenset((F.RECORD_AUXTRACE, F.RECORD_HEADER_TRACING_DATA))
 SPECIAL_RECORDS = frozenset(
     (
         F.RECORD_EVENT_UPDATE,
+        F.RECORD_AUXTRACE_INFO,
         F.RECORD_AUXTRACE,
         F.RECORD_HEADER_TRACING_DATA,
         F.RECORD_COMPRESSED,
