@@ -14,6 +14,7 @@ import sys
 from bpfsym.formats import integers
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
+from bpfsym.live.prestart import online_cpus as online_cpus  # where it lives: stdlib only
 from bpfsym.live.sys import PERF_FLAG_FD_CLOEXEC, perf_event_open
 
 SAMPLE_TYPE = sf.SIDEBAND_SAMPLE_TYPE
@@ -24,17 +25,6 @@ _BPF_EVENT = _FAST.bpf_event  # type, flags, id, tag
 _LOST = _FAST.lost  # id, lost
 _TRAILER, _TRAILER_FIELDS = _FAST.sample_id(SAMPLE_TYPE)
 _TIME_AT = _TRAILER_FIELDS.index("time")
-
-
-def online_cpus() -> list[int]:
-    """CPUs listed in /sys/devices/system/cpu/online ("0-3,5")."""
-    with open("/sys/devices/system/cpu/online") as f:
-        text = f.read().strip()
-    cpus: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def sideband_attr(clockid: int | None = None) -> bytes:
