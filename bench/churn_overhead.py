@@ -8,8 +8,7 @@ at that rate for --seconds under each mode, in one run:
 
   perf     perf record -e cpu-clock -a -o X -- churner ...
   bpfsym   python -P -m bpfsym record -e cpu-clock -a -o X -- churner ...
-  proto    python -P -m bpfsym.proto_record ... (the prototype of docs/record-startup.md)
-  proto-nice  the same with its fetch worker at nice 10 (BPFSYM_PROTO_NICE=10)
+  no-ns    the same with --no-perf-namespace (perf as it is)
 
 Load n is due at start + n/rate and a late load is not skipped, so a loader slowed by
 the recorder makes fewer loads in the time: "loads" is what it made, "x perf" that over
@@ -45,7 +44,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from churn import perf_prog_ids  # noqa: E402
 
-from bpfsym.store import read_capture  # noqa: E402
+from bpfsym.read.sidefile import read_capture  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -69,7 +68,7 @@ def _role(cmdline: str) -> str:
         return "loader"
     if exe == "perf":
         return "perf"
-    if any(a.endswith("_kread.py") for a in argv):
+    if any(a.endswith("kallsyms_split.py") for a in argv):
         return "kallsyms reader"
     return "recorder"
 
@@ -137,13 +136,12 @@ def run_one(
         cmd = [perf, "record", *rec]
     elif mode == "bpfsym":
         cmd = [sys.executable, "-P", "-m", "bpfsym", "record", *rec]
-    elif mode in ("proto", "proto-nice"):
-        cmd = [sys.executable, "-P", "-m", "bpfsym.proto_record", *rec]
+    elif mode == "no-ns":
+        cmd = [sys.executable, "-P", "-m", "bpfsym", "record", "--no-perf-namespace", *rec]
     else:
         raise SystemExit(f"unknown mode {mode}")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        env = dict(os.environ, BPFSYM_PROTO_NICE="10" if mode == "proto-nice" else "0")
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
         stats = ProcStats(p.pid)
         stats.start()
         # wait4: the CPU time of the recorder and every process it reaped (pinners, perf,
