@@ -48,6 +48,7 @@ class Recorder:
         self.lost = 0
         self.warnings: list[str] = []
         self.max_id = 0
+        self.images: list[str] = []  # kallsyms lines of image symbols made during capture
         self.worker = threading.Thread(target=self._work, daemon=True)
         self.worker.start()
 
@@ -81,6 +82,10 @@ class Recorder:
             with self.lock:
                 self.lost += sideband.lost_count(rec)
             self.work.put(("rescan", 0, None, -1))
+        elif rtype == fp.RECORD_KSYMBOL and (image := sideband.image_ksymbol(rec)):
+            # a trampoline or dispatcher made after the kallsyms read: no program's, so
+            # a KALLSYMS line at the end names it (as /proc/kallsyms would have)
+            self.images.append(f"{image[0]:016x} t {image[2]}\t[bpf]\n")
 
     def on_control(self, text: str) -> None:
         if text.startswith("warn:") or text.startswith("error:"):
@@ -218,6 +223,8 @@ def record(
             f"programs {', '.join(map(str, sorted(wake)))} ({perf_process.WAKE_NAME}): loaded "
             "and closed by bpfsym record after the command, to end perf's side-band wait"
         )
+    if rec.images:
+        writer.write(sf.KALLSYMS, "".join(rec.images).encode())
     writer.flush()
     writer.put(
         sf.END,

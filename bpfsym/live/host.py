@@ -1,5 +1,6 @@
 """Facts about the running host: its boot id, kernel build id, sysctls, identity, the
-kernel part of /proc/kallsyms (read by a process of its own), a process's children.
+kernel part of /proc/kallsyms (read by a process of its own; record's split read of it,
+image lines included, is live/kallsyms_split.py), a process's children.
 
 The only place outside the bpf()/perf_event_open wrappers that reads /proc and /sys.
 """
@@ -60,7 +61,7 @@ def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
 
 
 class HostKallsyms:
-    """read_host_kallsyms() done beside: a child process (_kread.py) writes the text into
+    """read_host_kallsyms() done beside: a child process (live/kernel_kallsyms.py) writes the text into
     an anonymous file while this one goes on; text() waits for it. inherit() gives a
     forked process the same text without the kernel making it twice."""
 
@@ -143,18 +144,6 @@ def read_sysctls() -> dict[str, str]:
         except OSError:
             out[name] = ""
     return out
-
-
-def bpf_image_symbols(path: str = "/proc/kallsyms") -> bytes:
-    """The [bpf] symbols that are not programs: trampolines, dispatchers (bpf_trampoline_*,
-    bpf_dispatcher_*). Reading the BPF part is slow with many programs: run it off the
-    start-up path."""
-    out = []
-    with open(path, "rb") as f:
-        for line in f:
-            if line.endswith(b"\t[bpf]\n") and b" bpf_prog_" not in line:
-                out.append(line)
-    return b"".join(out)
 
 
 def identity() -> dict[str, object]:

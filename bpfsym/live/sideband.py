@@ -23,6 +23,7 @@ _U64 = integers(sys.byteorder == "little").u64  # data_head / data_tail of the m
 _HEAD = _FAST.header  # type, misc, size
 _BPF_EVENT = _FAST.bpf_event  # type, flags, id, tag
 _LOST = _FAST.lost  # id, lost
+_KSYMBOL = _FAST.ksymbol  # addr, len, ksym_type, flags
 _TRAILER, _TRAILER_FIELDS = _FAST.sample_id(SAMPLE_TYPE)
 _TIME_AT = _TRAILER_FIELDS.index("time")
 
@@ -144,6 +145,20 @@ def bpf_event_time(rec: bytes) -> int:
     (docs/kernel-notes.md), so the trailer is read after the fixed body, never
     from the record's end."""
     return int(_TRAILER.unpack_from(rec, _HEAD.size + _BPF_EVENT.size)[_TIME_AT])
+
+
+def image_ksymbol(rec: bytes) -> tuple[int, int, str] | None:
+    """(addr, len, name) of a KSYMBOL record registering a BPF image that is no program's
+    function (a trampoline, dispatcher or struct_ops member), else None."""
+    if _HEAD.unpack_from(rec)[0] != fp.RECORD_KSYMBOL:
+        return None
+    addr, size, ksym_type, flags = _KSYMBOL.unpack_from(rec, _HEAD.size)
+    if ksym_type != fp.KSYMBOL_TYPE_BPF or flags & fp.KSYMBOL_FLAGS_UNREGISTER:
+        return None
+    at = _HEAD.size + _KSYMBOL.size
+    end = rec.find(b"\0", at)
+    name = rec[at : end if end >= 0 else len(rec)].decode("utf-8", "replace")
+    return None if name.startswith("bpf_prog_") else (addr, size, name)
 
 
 def lost_count(rec: bytes) -> int:

@@ -128,3 +128,33 @@ def test_trampoline_names_follow_the_kernels_key():
         f"bpf_trampoline_{(3 << 32) | 17}",
         f"bpf_trampoline_{(3 << 32) | 0x80000000 | 17}",
     )
+
+
+def test_image_symbols_made_during_capture_become_kallsyms_lines(tmp_path):
+    # a KSYMBOL record as the kernel writes one for a new trampoline (and one for a
+    # program's function, which is not an image): the recorder keeps a kallsyms line for
+    # the trampoline, which the side file's last KALLSYMS record then holds
+    from bpfsym.capture.recorder import Recorder
+    from bpfsym.formats import perf as fp
+    from bpfsym.read.sidefile import SideFileWriter
+
+    lay = fp.layouts()
+    trailer = lay.sample_id(fp.SAMPLE_TID | fp.SAMPLE_TIME | fp.SAMPLE_CPU)
+
+    def ksymbol(addr: int, name: str, flags: int = 0) -> bytes:
+        body = lay.ksymbol.build(
+            {"addr": addr, "len": 4096, "ksym_type": fp.KSYMBOL_TYPE_BPF, "flags": flags,
+             "name": name}
+        )  # fmt: skip
+        body += bytes(-len(body) % 8) + trailer.build({"pid": 0, "tid": 0, "time": 1, "cpu": 0})
+        head = lay.header.build({"type": fp.RECORD_KSYMBOL, "misc": 0, "size": 8 + len(body)})
+        return head + body
+
+    w = SideFileWriter(str(tmp_path / "s"))
+    rec = Recorder(w)
+    rec.on_record(0, ksymbol(0xFFFFFFFFC0001000, TRAMP), None)
+    rec.on_record(0, ksymbol(0xFFFFFFFFC0002000, "bpf_prog_0123456789abcdef_f"), None)
+    rec.on_record(0, ksymbol(0xFFFFFFFFC0001000, TRAMP, fp.KSYMBOL_FLAGS_UNREGISTER), None)
+    rec.finish()
+    w.close()
+    assert rec.images == [f"ffffffffc0001000 t {TRAMP}\t[bpf]\n"]
