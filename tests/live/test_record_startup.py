@@ -74,8 +74,8 @@ def test_expected_images_follow_bpf_links_maps_and_xdp_programs():
     assert not bpf_images.expected(check_xdp=False).need or e.need
 
 
-@pytest.fixture(scope="module")
-def held3000():
+@pytest.fixture
+def held3000():  # released right after: plain perf would read 12k [bpf] lines 3 times
     ensure_loader()
     t0 = time.monotonic()
     h = _progs.hold(3000, Path(f"/sys/fs/bpf/bpfsym-test-{os.getpid()}"))
