@@ -9,6 +9,7 @@ at that rate for --seconds under each mode, in one run:
   perf     perf record -e cpu-clock -a -o X -- churner ...
   bpfsym   python -P -m bpfsym record -e cpu-clock -a -o X -- churner ...
   no-ns    the same with --no-perf-namespace (perf as it is)
+  no-nice  bpfsym with its fetch and writer threads at nice 0 (BPFSYM_NO_NICE=1)
 
 Load n is due at start + n/rate and a late load is not skipped, so a loader slowed by
 the recorder makes fewer loads in the time: "loads" is what it made, "x perf" that over
@@ -137,12 +138,15 @@ def run_one(
         cmd = [perf, "record", *rec]
     elif mode == "bpfsym":
         cmd = [sys.executable, "-P", "-m", "bpfsym", "record", *rec]
+    elif mode == "no-nice":
+        cmd = [sys.executable, "-P", "-m", "bpfsym", "record", *rec]
     elif mode == "no-ns":
         cmd = [sys.executable, "-P", "-m", "bpfsym", "record", "--no-perf-namespace", *rec]
     else:
         raise SystemExit(f"unknown mode {mode}")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        env = dict(os.environ, BPFSYM_NO_NICE="1" if mode == "no-nice" else "0")
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         stats = ProcStats(p.pid)
         stats.start()
         # wait4: the CPU time of the recorder and every process it reaped (pinners, perf,

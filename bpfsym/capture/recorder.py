@@ -49,6 +49,9 @@ class Recorder:
         self.warnings: list[str] = []
         self.max_id = 0
         self.images: list[str] = []  # kallsyms lines of image symbols made during capture
+        # the fetch gives way to the programs being recorded; references held meanwhile:
+        # a quarter of the fd limit at most
+        self.backseat = host.Backseat(min(2000, host.nofile_limit() // 4))
         self.worker = threading.Thread(target=self._work, daemon=True)
         self.worker.start()
 
@@ -94,7 +97,9 @@ class Recorder:
             print(f"bpfsym record: {text}", file=sys.stderr)
 
     def _work(self) -> None:
+        self.backseat.enter()
         while (item := self.work.get()) is not None:
+            self.backseat.check(self.work.qsize())
             origin, prog_id, fd, t = item
             if origin == "rescan":
                 self.rescan()
@@ -141,6 +146,7 @@ class Recorder:
         return pinned
 
     def finish(self) -> None:
+        self.backseat.hurry()
         self.work.put(None)
         self.worker.join()
 
@@ -176,6 +182,7 @@ def record(
     for w in capture.sysctl_warnings(sysctls):
         print(f"bpfsym record: warning: {w}", file=sys.stderr)
     rec = Recorder(writer)
+    writer.backseat = host.Backseat(4000)  # queued PROGRAM payloads: ~8 KB each
     client = lpin.PinnerClient(
         r.ring_pages, perf_opts.clockid, rec.on_record, rec.on_control, early.take_pinner()
     )
@@ -208,6 +215,7 @@ def record(
     status = launch.child.wait()
     forward()
     writer.hurry()  # the stop path waits for nothing but the writes
+    rec.backseat.hurry()
     if launch.waker is not None:
         launch.waker.stop.set()
         launch.waker.join()

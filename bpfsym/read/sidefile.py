@@ -16,7 +16,7 @@ import sys
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from construct import ConstructError, Struct
 
@@ -35,6 +35,15 @@ from bpfsym.model import (
 from bpfsym.read.bpf_events import LoadPairing
 
 COMPRESS_MIN = 512  # payloads at least this big are stored zlib-compressed
+
+
+class Backseat(Protocol):
+    """How the writer thread yields the CPU (live.host.Backseat): enter() in the thread,
+    check(backlog) per record, hurry() on the stop path."""
+
+    def enter(self) -> None: ...
+    def check(self, backlog: int) -> None: ...
+    def hurry(self) -> None: ...
 
 
 class SideFileWriter:
@@ -59,6 +68,7 @@ class SideFileWriter:
         self._queue: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._hurry = False
+        self.backseat: Backseat | None = None  # set before the first write_later
         os.write(self._fd, sf.MAGIC)
 
     def write(self, rtype: int, payload: bytes, compress: bool | None = None) -> None:
@@ -98,12 +108,19 @@ class SideFileWriter:
         self._queue.put((rtype, payload))
 
     def _drain(self) -> None:
+        seat = self.backseat
+        if seat is not None:
+            seat.enter()
         while (item := self._queue.get()) is not None:
+            if seat is not None:
+                seat.check(self._queue.qsize())
             self.write(item[0], item[1], False if self._hurry else None)
 
     def hurry(self) -> None:
         """From now on, queued records are written without compression."""
         self._hurry = True
+        if self.backseat is not None:
+            self.backseat.hurry()
 
     def flush(self) -> None:
         """Wait until every queued record is written."""
