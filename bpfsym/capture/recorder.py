@@ -45,6 +45,7 @@ class Recorder:
         self.work: queue.Queue[tuple[str, int, int | None, int] | None] = queue.Queue()
         self.counts = {"snapshot": 0, "sideband": 0, "rescan": 0, "gone": 0, "no_image": 0}
         self.unloads = 0
+        self.unloaded: set[int] = set()
         self.lost = 0
         self.warnings: list[str] = []
         self.max_id = 0
@@ -79,8 +80,11 @@ class Recorder:
             else:
                 os.close(fd)
         elif rtype == fp.RECORD_BPF_EVENT:
+            gone = sideband.unload_event_id(rec)
             with self.lock:
                 self.unloads += 1
+                if gone is not None:
+                    self.unloaded.add(gone)
         elif rtype == fp.RECORD_LOST:  # re-enumerate what still exists
             with self.lock:
                 self.lost += sideband.lost_count(rec)
@@ -240,12 +244,13 @@ def record(
          "programs": len(rec.seen), "exit_status": status},
     )  # fmt: skip
     c = rec.counts
-    mine = len(wake & rec.seen)
+    mine = len(wake & rec.seen)  # loaded during the capture, all of them
     during = c["sideband"] + c["rescan"] + c["gone"] - mine
     own = f", {mine} {perf_process.WAKE_NAME} (bpfsym's own)" if wake else ""
+    unloads = rec.unloads - len(wake & rec.unloaded)
     print(
         f"[ bpfsym record: {c['snapshot']} programs at start, {during} "
-        f"loaded during capture ({c['gone']} gone before pinning), {rec.unloads - mine} "
+        f"loaded during capture ({c['gone']} gone before pinning), {unloads} "
         f"unloaded, {c['no_image']} without JIT image, {rec.lost} lost records{own} ]",
         file=sys.stderr,
     )

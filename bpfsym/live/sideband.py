@@ -138,6 +138,14 @@ def load_event_id(rec: bytes) -> int | None:
     return int(prog_id) if etype == fp.BPF_EVENT_PROG_LOAD else None
 
 
+def unload_event_id(rec: bytes) -> int | None:
+    """The program id of a PERF_BPF_EVENT_PROG_UNLOAD record, else None."""
+    if _HEAD.unpack_from(rec)[0] != fp.RECORD_BPF_EVENT:
+        return None
+    etype, _flags, prog_id, _tag = _BPF_EVENT.unpack_from(rec, _HEAD.size)
+    return int(prog_id) if etype == fp.BPF_EVENT_PROG_UNLOAD else None
+
+
 def bpf_event_time(rec: bytes) -> int:
     """perf-clock time in the sample_id trailer right after the BPF_EVENT body.
 
