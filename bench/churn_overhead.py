@@ -8,12 +8,13 @@ at that rate for --seconds under each mode, in one run:
 
   perf     perf record -e cpu-clock -a -o X -- churner ...
   bpfsym   python -P -m bpfsym record -e cpu-clock -a -o X -- churner ...
-  proto    python -P -m bpfsym.proto_record ... (the prototype of docs/record-startup.md)
-  proto-nice  the same with its fetch worker at nice 10 (BPFSYM_PROTO_NICE=10)
+  no-ns    the same with --no-perf-namespace (perf as it is)
+  no-nice  bpfsym with its fetch and writer threads at nice 0 (BPFSYM_NO_NICE=1)
 
 Load n is due at start + n/rate and a late load is not skipped, so a loader slowed by
 the recorder makes fewer loads in the time: "loads" is what it made, "x perf" that over
-the loads made under plain perf in the same run. --test-runs 1 runs each program once
+the loads made under plain perf in the same run (medians of --repeat runs; "min": the
+fewest loads and the lowest bpfsym image share of those runs). --test-runs 1 runs each program once
 (BPF_PROG_TEST_RUN) between load and close. Images: of the churned programs, the share
 whose JIT image perf kept (a bpf_prog_info entry in perf.data's header, `perf report
 --header-only`) and bpfsym kept (side file, bpfsym's own reader). Programs are 2-insn
@@ -45,7 +46,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from churn import perf_prog_ids  # noqa: E402
 
-from bpfsym.store import read_capture  # noqa: E402
+from bpfsym.read.sidefile import read_capture  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -69,7 +70,7 @@ def _role(cmdline: str) -> str:
         return "loader"
     if exe == "perf":
         return "perf"
-    if any(a.endswith("_kread.py") for a in argv):
+    if any(a.endswith("kallsyms_split.py") for a in argv):
         return "kallsyms reader"
     return "recorder"
 
@@ -137,12 +138,14 @@ def run_one(
         cmd = [perf, "record", *rec]
     elif mode == "bpfsym":
         cmd = [sys.executable, "-P", "-m", "bpfsym", "record", *rec]
-    elif mode in ("proto", "proto-nice"):
-        cmd = [sys.executable, "-P", "-m", "bpfsym.proto_record", *rec]
+    elif mode == "no-nice":
+        cmd = [sys.executable, "-P", "-m", "bpfsym", "record", *rec]
+    elif mode == "no-ns":
+        cmd = [sys.executable, "-P", "-m", "bpfsym", "record", "--no-perf-namespace", *rec]
     else:
         raise SystemExit(f"unknown mode {mode}")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        env = dict(os.environ, BPFSYM_PROTO_NICE="10" if mode == "proto-nice" else "0")
+        env = dict(os.environ, BPFSYM_NO_NICE="1" if mode == "no-nice" else "0")
         p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         stats = ProcStats(p.pid)
         stats.start()
@@ -189,9 +192,9 @@ def main() -> int:
               f"{os.getloadavg()[0]:.2f} at start (shared machine: noisy)")  # fmt: skip
         print(f"# churner: {'bpf/churn.bpf.o via libbpf' if a.object else '2-insn socket filters'}, "
               f"{a.seconds:g} s per run, {a.repeat} run(s) per mode")  # fmt: skip
-        head = (f"{'loads/s':>7} {'test':>4} {'mode':<7} {'loads':>6} {'x perf':>6} "
-                f"{'perf img':>8} {'bpfsym img':>10} {'preempt/load':>12} {'wakes/load':>10} "
-                f"{'rec CPU/load':>12}")  # fmt: skip
+        head = (f"{'loads/s':>7} {'test':>4} {'mode':<7} {'loads':>6} {'min':>6} {'x perf':>6} "
+                f"{'perf img':>8} {'bpfsym img':>10} {'min img':>8} {'preempt/load':>12} "
+                f"{'wakes/load':>10} {'rec CPU/load':>12}")  # fmt: skip
         print(head)
         for rate in (int(r) for r in a.rates.split(",")):
             for runs in (int(t) for t in a.test_runs.split(",")):
@@ -210,6 +213,8 @@ def main() -> int:
                     loads = statistics.median(int(r[0]["loaded"]) for r in rs)
                     pimg = statistics.median(r[2] for r in rs)
                     simg = statistics.median(r[3] for r in rs) if rs[0][3] is not None else None
+                    smin = min(r[3] for r in rs) if rs[0][3] is not None else None
+                    lmin = min(int(r[0]["loaded"]) for r in rs)
                     preempt = statistics.median(
                         int(r[0]["nivcsw"]) / max(int(r[0]["loaded"]), 1) for r in rs
                     )
@@ -221,9 +226,11 @@ def main() -> int:
                     )
                     ratio = f"{loads / base:.2f}" if base else "-"
                     sim = f"{simg:.1%}" if simg is not None else "-"
+                    smn = f"{smin:.1%}" if smin is not None else "-"
                     wk = f"{wakes:.2f}" if m != "perf" else "-"
-                    print(f"{rate:>7} {runs:>4} {m:<7} {loads:>6.0f} {ratio:>6} {pimg:>8.1%} "
-                          f"{sim:>10} {preempt:>12.2f} {wk:>10} {cpu * 1e6:>10.0f}us")  # fmt: skip
+                    print(f"{rate:>7} {runs:>4} {m:<7} {loads:>6.0f} {lmin:>6} {ratio:>6} "
+                          f"{pimg:>8.1%} {sim:>10} {smn:>8} {preempt:>12.2f} {wk:>10} "
+                          f"{cpu * 1e6:>10.0f}us")  # fmt: skip
                     sys.stdout.flush()
     return 0
 

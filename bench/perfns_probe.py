@@ -1,14 +1,15 @@
-"""Checks and measurements for the prototype of docs/record-startup.md (bpfsym/perfns.py,
-bpfsym/fastcap.py), against perf's own behaviour.
+"""Checks and measurements for record's start/stop path (docs/record-startup.md:
+live/kallsyms_split.py, live/perf_process.py, the struct writer of read/sidefile.py),
+against perf's own behaviour.
 
-    python3 -P bench/perfns_probe.py check             # fastcap builds construct's bytes
+    python3 -P bench/perfns_probe.py check             # the writer builds construct's bytes
     python3 -P bench/perfns_probe.py opens  [--programs N]   # perf's kallsyms reads
     python3 -P bench/perfns_probe.py time   [--programs N] [--runs R]
     python3 -P bench/perfns_probe.py report [--programs N]   # stock perf report, both ways
     python3 -P bench/perfns_probe.py split  [--programs N]   # SplitReader vs a full read
 
 `time` runs `perf record -a -e cpu-clock -o X -- true` plainly, in the private mount
-namespace (perfns.perf_in_namespace), and each with perfns.PerfWaker, interleaved.
+namespace (perf_process.perf_argv), and each with perf_process.PerfWaker, interleaved.
 `report` records the same workload both ways — held programs test-run (they existed at
 start), and bpf/churn.bpf.o churned with test runs (loaded during the run) — and
 compares what stock `perf report` names, the BPF records perf wrote (perf report -D),
@@ -36,52 +37,42 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import _progs  # noqa: E402
 
-from bpfsym import fastcap, perfns  # noqa: E402
 from bpfsym.formats import bpf as fb  # noqa: E402
 from bpfsym.formats import sidefile as sf  # noqa: E402
-from bpfsym.live import progs  # noqa: E402
+from bpfsym.live import bpf_images, perf_process, progs  # noqa: E402
+from bpfsym.live.prestart import SplitKallsyms  # noqa: E402
 from bpfsym.live.sys import Buffer, bpf  # noqa: E402
-from bpfsym.store import SideFileWriter  # noqa: E402
-
-_INFO, _NAMES = fb.prog_info_struct()
-_POINTERS = [i for i, n in enumerate(_NAMES) if n in {p for p, _, _ in progs._ARRAYS.values()}]
+from bpfsym.read.sidefile import SideFileWriter, program_payload  # noqa: E402
 
 
 def check() -> int:
-    """fastcap against the construct path, on every program of this host."""
+    """The struct writer against the construct declarations, on every program of this host:
+    PROGRAM payloads, and whole side files written both ways."""
     ids = list(progs.iter_ids())
     bad = 0
     with tempfile.TemporaryDirectory() as d:
-        slow, fast = SideFileWriter(f"{d}/slow"), fastcap.FastWriter(f"{d}/fast")
+        slow, fast = SideFileWriter(f"{d}/slow"), SideFileWriter(f"{d}/fast")
         for prog_id in ids:
             try:
                 fd = progs.fd_by_id(prog_id)
             except OSError:
                 continue
             try:
-                a, b = progs.fetch_blobs(fd), fastcap.fetch_blobs(fd)
+                got = progs.fetch_blobs(fd)
             finally:
                 os.close(fd)
-            ia, ib = list(_INFO.unpack(a.blobs["info"])), list(_INFO.unpack(b.blobs["info"]))
-            for i in _POINTERS:  # this call's buffer addresses
-                ia[i] = ib[i] = 0
-            same = ia == ib and a.missing == b.missing
-            same = same and {k: v for k, v in a.blobs.items() if k != "info"} == {
-                k: v for k, v in b.blobs.items() if k != "info"
-            }
             value = {"prog_id": prog_id, "origin": "sideband", "load_time": 12345,
-                     "missing": a.missing, "blobs": [{"name": k, "data": v} for k, v in a.blobs.items()]}  # fmt: skip
+                     "missing": got.missing,
+                     "blobs": [{"name": k, "data": v} for k, v in got.blobs.items()]}  # fmt: skip
             payload = sf.program.build(value)
-            same = same and payload == fastcap.program_payload(
-                prog_id, "sideband", 12345, a.missing, a.blobs
-            )
-            slow.put(sf.PROGRAM, value)
-            fast.write(sf.PROGRAM, payload)
+            if payload != program_payload(prog_id, "sideband", 12345, got.missing, got.blobs):
+                bad += 1
+                print(f"program {prog_id}: the struct payload differs")
+            slow.write(sf.PROGRAM, payload)
+            fast.put_program(prog_id, "sideband", 12345, got.missing, got.blobs)
+            fast.flush()  # the same order in both files
             slow.write(sf.SIDEBAND, sf.sideband.build({"cpu": 1, "record": payload[:64]}), False)
             fast.sideband(1, payload[:64])
-            if not same:
-                bad += 1
-                print(f"program {prog_id}: fastcap differs")
         slow.close()
         fast.close()
         same_file = Path(f"{d}/slow").read_bytes() == Path(f"{d}/fast").read_bytes()
@@ -89,21 +80,31 @@ def check() -> int:
     return 1 if bad or not same_file else 0
 
 
-def _ns_cmd(perf_cmd: list[str], command: list[str]) -> list[str]:
-    tools = perfns.namespace_tools()
-    assert tools, "util-linux unshare/nsenter/mount needed"
-    kernel, images, _status = perfns.split("/proc/kallsyms")
-    return perfns.perf_in_namespace(
-        perf_cmd, command, perfns.private_kallsyms(kernel, images), tools
-    )
+def split_now() -> tuple[bytes, bytes, str]:
+    r = SplitKallsyms()
+    try:
+        saw = r.question()
+        if saw is not None:
+            r.answer(bpf_images.expected(check_xdp=saw != "d").answer())
+        return r.result()
+    finally:
+        r.close()
+
+
+def _ns_cmd(perf_cmd: list[str], command: list[str]) -> tuple[list[str], str]:
+    tools, missing = perf_process.namespace_tools()
+    assert not missing, f"util-linux {missing} needed"
+    kernel, images, _status = split_now()
+    path = perf_process.private_kallsyms(kernel + images)
+    return perf_process.perf_argv(perf_cmd, command, path, tools), path
 
 
 def run_perf(out: Path, ns: bool, wake: bool, command: list[str], extra: list[str] = ()) -> float:  # type: ignore[assignment]
     perf_cmd = ["perf", "record", "-q", *extra, "-a", "-e", "cpu-clock", "-o", str(out)]
     t0 = time.perf_counter()
-    cmd = _ns_cmd(perf_cmd, command) if ns else [*perf_cmd, "--", *command]
+    cmd, path = _ns_cmd(perf_cmd, command) if ns else ([*perf_cmd, "--", *command], "")
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    waker = perfns.PerfWaker(p.pid) if wake else None
+    waker = perf_process.PerfWaker(p.pid, "perf") if wake else None
     if waker:
         waker.start()
     if p.wait() != 0:
@@ -111,6 +112,8 @@ def run_perf(out: Path, ns: bool, wake: bool, command: list[str], extra: list[st
     if waker:
         waker.stop.set()
         waker.join()
+    if path:
+        perf_process.remove_file(path)
     return time.perf_counter() - t0
 
 
@@ -120,9 +123,11 @@ def opens() -> int:
             trace = Path(d) / "strace"
             perf_cmd = ["strace", "-f", "-tt", "-e", "trace=openat,read,close", "-o", str(trace),
                         "perf", "record", "-q", "-a", "-e", "cpu-clock", "-o", f"{d}/x.data"]  # fmt: skip
-            cmd = _ns_cmd(perf_cmd, ["true"]) if ns else [*perf_cmd, "--", "true"]
+            cmd, path = _ns_cmd(perf_cmd, ["true"]) if ns else ([*perf_cmd, "--", "true"], "")
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            if path:
+                perf_process.remove_file(path)
             took = time.perf_counter() - t0
             reads = _kallsyms_reads(trace)
             print(f"{'namespace' if ns else 'plain    '}: {took:.2f} s under strace; "
@@ -290,7 +295,7 @@ def split_probe() -> int:
             n += 1
     full = time.perf_counter() - t0
     t0 = time.perf_counter()
-    kernel, images, status = perfns.split("/proc/kallsyms")
+    kernel, images, status = split_now()
     took = time.perf_counter() - t0
     nimg = images.count(b"\n")
     print(f"full read: {n} lines {full:.3f} s; split: kernel {len(kernel) / 1e6:.2f} MB, "

@@ -1,13 +1,14 @@
-"""Where `bpfsym record` spends its start and stop: each step of record.run timed in place.
+"""Where `bpfsym record` spends its start and stop: each step of record's run timed in place.
 
     python3 -P bench/record_breakdown.py [--programs N] [--perf] [--runs R] [-- CMD ...]
 
-Runs bpfsym.record.run (the code `bpfsym record` runs, unchanged) with timers wrapped
-around its steps, by default as `bpfsym record --no-perf -o TMP -- true` (--perf: with
+Runs bpfsym.commands.record.run (the code `bpfsym record` runs, unchanged) with timers
+wrapped around its steps, by default as `bpfsym record --no-perf -o TMP -- true` (--perf: with
 `-a -e cpu-clock` under perf). --programs N holds N copies of demo.bpf.o's xdp_demo
 meanwhile (bench/_progs.py). Prints, per step, the function (file:function), when it
-started and how long it took, in seconds from the moment record.run was called; the
-interpreter's start and bpfsym's imports are measured as separate processes.
+started and how long it took, in seconds from the moment run() was called; the
+interpreter's start and bpfsym's imports are measured as separate processes. Steps in
+other threads (the snapshot fetch in the worker) are summed.
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import _progs  # noqa: E402
 
-from bpfsym import capture, record  # noqa: E402
+from bpfsym.capture import perf_options  # noqa: E402
+from bpfsym.capture import recorder as record  # noqa: E402
+from bpfsym.commands import record as command  # noqa: E402
+from bpfsym.live import host  # noqa: E402
 from bpfsym.live import pinner as lpin  # noqa: E402
+from bpfsym.read.sidefile import SideFileWriter  # noqa: E402
 
 T0 = [0.0]
 STEPS: list[tuple[str, float, float]] = []  # (label, start, duration), main thread only
@@ -82,23 +87,23 @@ class _Client(lpin.PinnerClient):
 
 
 def instrument() -> None:
-    _wrap(capture, "identity", "capture.py:identity")
-    _wrap(capture, "read_sysctls", "capture.py:read_sysctls")
-    _wrap(record, "kernel_kallsyms", "_kread.py:kernel_kallsyms (via record._record)")
-    _wrap(capture, "bpf_image_symbols", "capture.py:bpf_image_symbols")
-    _wrap(record.Recorder, "snapshot_pin", "record.py:Recorder.snapshot_pin")
-    _wrap(record.Recorder, "fetch", "record.py:Recorder.fetch", each=True)
-    _wrap(record.Recorder, "finish", "record.py:Recorder.finish")
-    _wrap(record.perfopts, "option_table", "perfopts.py:option_table (perf record -h)")
-    _wrap(record.SideFileWriter, "close", "store.py:SideFileWriter.close")
+    _wrap(host, "identity", "live/host.py:identity")
+    _wrap(host, "read_sysctls", "live/host.py:read_sysctls")
+    _wrap(record, "image_kallsyms", "capture/recorder.py:image_kallsyms (split reader)")
+    _wrap(record.Recorder, "snapshot_pin", "capture/recorder.py:Recorder.snapshot_pin")
+    _wrap(record.Recorder, "fetch", "capture/recorder.py:Recorder.fetch", each=True)
+    _wrap(record.Recorder, "finish", "capture/recorder.py:Recorder.finish")
+    _wrap(perf_options, "option_table", "capture/perf_options.py:option_table (perf -h)")
+    _wrap(SideFileWriter, "flush", "read/sidefile.py:SideFileWriter.flush")
     _wrap(lpin.PinnerClient, "stop", "live/pinner.py:PinnerClient.stop")
     record.lpin.PinnerClient = _Client  # type: ignore[misc]
     orig_start: Callable[..., Any] = record._start_command
 
-    def start(r: Any, opts: Any) -> Any:
+    def start(*a: Any) -> Any:
         t = time.perf_counter()
-        child = orig_start(r, opts)
-        STEPS.append(("record.py:_start_command", t - T0[0], time.perf_counter() - t))
+        launch = orig_start(*a)
+        STEPS.append(("capture/recorder.py:_start_command", t - T0[0], time.perf_counter() - t))
+        child = launch.child
         wait = child.wait
 
         def timed_wait(*a: Any, **kw: Any) -> Any:
@@ -111,7 +116,7 @@ def instrument() -> None:
                 )
 
         child.wait = timed_wait
-        return child
+        return launch
 
     record._start_command = start
 
@@ -134,10 +139,13 @@ def main() -> int:
     instrument()
     with _progs.held(a.programs), tempfile.TemporaryDirectory() as d:
         startup = [process_time("pass") for _ in range(3)]
-        imports = [process_time("import bpfsym.record") for _ in range(3)]
+        imports = [
+            process_time("import bpfsym.cli, bpfsym.commands.record, bpfsym.capture.recorder")
+            for _ in range(3)
+        ]
         print(f"interpreter start (python -P -c pass): {statistics.median(startup):.3f} s")
         print(
-            f"+ bpfsym.record imports: {statistics.median(imports) - statistics.median(startup):.3f} s"
+            f"+ record's imports: {statistics.median(imports) - statistics.median(startup):.3f} s"
         )
         for run in range(a.runs):
             STEPS.clear()
@@ -145,9 +153,9 @@ def main() -> int:
             opts = ["-a", "-e", "cpu-clock"] if a.perf else ["--no-perf"]
             argv = [*opts, "-o", f"{d}/x.data", "--", *(a.command or ["true"])]
             T0[0] = time.perf_counter()
-            record.run(argparse.Namespace(argv=argv))
+            command.run(argparse.Namespace(argv=argv))
             total = time.perf_counter() - T0[0]
-            print(f"\nrun {run + 1}: record.run {' '.join(argv)}  (N={a.programs})")
+            print(f"\nrun {run + 1}: commands/record.py:run {' '.join(argv)}  (N={a.programs})")
             print(f"  {'step (file:function)':<58} {'at s':>7} {'took s':>7}")
             for label, at, took in sorted(STEPS, key=lambda s: s[1]):
                 print(f"  {label:<58} {at:>7.3f} {took:>7.3f}")
@@ -156,7 +164,7 @@ def main() -> int:
                     f"  {label + f' x{len(ds)} (sum; all threads)':<58} {'':>7} {sum(ds):>7.3f}"
                     f"   mean {statistics.mean(ds) * 1e6:.0f} us"
                 )
-            print(f"  {'record.run total':<58} {'':>7} {total:>7.3f}")
+            print(f"  {'run total':<58} {'':>7} {total:>7.3f}")
     return 0
 
 

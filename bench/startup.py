@@ -9,8 +9,7 @@ these run interleaved, --runs times each:
   perf       perf record -a -e cpu-clock -o X -- true
   bpfsym     python -P -m bpfsym record -a -e cpu-clock -o X -- true
   no-perf    python -P -m bpfsym record --no-perf -o X -- true
-  proto      python -P -m bpfsym.proto_record -a -e cpu-clock -o X -- true   (prototype)
-  proto-np   python -P -m bpfsym.proto_record --no-perf -o X -- true
+  no-ns      python -P -m bpfsym record --no-perf-namespace -a -e cpu-clock -o X -- true
 
 Printed per N and mode: min and median wall time, the ratio of medians to perf's, and
 of bpfsym's runs the images kept of the held programs (their JIT image in the side file,
@@ -37,9 +36,9 @@ import _progs  # noqa: E402
 from churn import perf_prog_ids  # noqa: E402
 
 from bpfsym.live import progs  # noqa: E402
-from bpfsym.store import read_capture  # noqa: E402
+from bpfsym.read.sidefile import read_capture  # noqa: E402
 
-MODES = ("perf", "bpfsym", "no-perf", "proto", "proto-np")
+MODES = ("perf", "bpfsym", "no-perf", "no-ns")
 
 
 def command(mode: str, out: Path, perf: str) -> list[str]:
@@ -49,8 +48,7 @@ def command(mode: str, out: Path, perf: str) -> list[str]:
         "perf": [perf, "record", *rec],
         "bpfsym": [*py, "bpfsym", "record", *rec],
         "no-perf": [*py, "bpfsym", "record", "--no-perf", "-o", str(out), "--", "true"],
-        "proto": [*py, "bpfsym.proto_record", *rec],
-        "proto-np": [*py, "bpfsym.proto_record", "--no-perf", "-o", str(out), "--", "true"],
+        "no-ns": [*py, "bpfsym", "record", "--no-perf-namespace", *rec],
     }[mode]
 
 
@@ -60,7 +58,7 @@ def images_kept(mode: str, out: Path, held: set[int]) -> tuple[int | None, int |
     if mode != "perf":
         cap = read_capture(str(out) + ".bpfsym")
         side = sum(1 for p in cap.programs if p.id in held and p.has_image)
-    if mode not in ("no-perf", "proto-np"):
+    if mode != "no-perf":
         perf = len(perf_prog_ids(out) & held)
     return side, perf
 

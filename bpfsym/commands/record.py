@@ -4,6 +4,9 @@
 
 Every option bpfsym does not know is a perf record option, checked against the
 installed perf and passed to it unchanged. The side file is <output>.bpfsym.
+
+Light at import: run() starts the pinner and the kallsyms reader (live/prestart.py)
+before it imports the recorder, so that their start overlaps record's own.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+from typing import TYPE_CHECKING
 
-from bpfsym.capture import perf_options as perfopts
-from bpfsym.capture.recorder import RecordArgs, _StatsSampler, record
+from bpfsym.capture.args import RecordArgs
 from bpfsym.errors import UsageError
-from bpfsym.live import progs
-from bpfsym.read.sidefile import SideFileWriter
+
+if TYPE_CHECKING:
+    from bpfsym.live.prestart import Prestart
 
 EPILOG = """bpfsym options (all others before '--' go to perf record unchanged):
   --no-perf           do not run perf: capture BPF programs only (side file <output>.bpfsym)
@@ -24,6 +28,16 @@ EPILOG = """bpfsym options (all others before '--' go to perf record unchanged):
   --perf PATH         perf binary (default: perf from PATH)
   --ring-pages N      side-band ring pages per CPU (power of 2, default 64)
   --stats[=SECONDS]   sample per-program runtime stats every SECONDS (default 1)
+  --no-perf-namespace run perf as it is; by default perf runs in a private mount
+                      namespace (util-linux unshare, nsenter) whose /proc/kallsyms holds
+                      the kernel part and the trampoline/dispatcher lines, which makes
+                      its start and stop fast with thousands of BPF programs; the command
+                      itself sees the real /proc/kallsyms. Where that cannot be done,
+                      perf runs as it is and record says so in one line
+
+perf's side-band thread is woken at the end by loading and closing a tiny socket
+filter named bpfsym_wake every 20 ms until perf exits: perf.data (and the side file)
+hold them as programs that never ran; the summary counts them apart.
 
 examples:
   bpfsym record -o perf.data -F 999 -a -g -- ./my-workload
@@ -58,6 +72,8 @@ def parse(argv: list[str]) -> RecordArgs:
 
         if a == "--no-perf":
             r.no_perf = True
+        elif a == "--no-perf-namespace":
+            r.perf_namespace = False
         elif name == "--side":
             r.side = value
         elif name == "--perf":
@@ -84,6 +100,21 @@ def parse(argv: list[str]) -> RecordArgs:
 
 def run(args: argparse.Namespace) -> int:
     r = parse(list(args.argv))
+    from bpfsym.live.prestart import Prestart
+
+    early = Prestart()  # first: they start while the rest imports and checks
+    try:
+        return _run(r, early)
+    finally:
+        early.cancel()  # what the recorder did not take (a usage error, say)
+
+
+def _run(r: RecordArgs, early: Prestart) -> int:
+    from bpfsym.capture import perf_options as perfopts
+    from bpfsym.capture.recorder import _StatsSampler, record
+    from bpfsym.live import progs
+    from bpfsym.read.sidefile import SideFileWriter
+
     perf_opts = perfopts.PerfOptions(r.perf_args)
     if not r.no_perf:
         perf = shutil.which(r.perf)
@@ -116,6 +147,6 @@ def run(args: argparse.Namespace) -> int:
     stats = _StatsSampler(r.stats) if r.stats is not None else None
     writer = SideFileWriter(side)
     try:
-        return record(r, perf_opts, writer, stats)
+        return record(r, perf_opts, writer, stats, early)
     finally:
         writer.close()

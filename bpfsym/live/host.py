@@ -1,5 +1,6 @@
 """Facts about the running host: its boot id, kernel build id, sysctls, identity, the
-kernel part of /proc/kallsyms (read by a process of its own), a process's children.
+kernel part of /proc/kallsyms (read by a process of its own; record's split read of it,
+image lines included, is live/kallsyms_split.py), a process's children.
 
 The only place outside the bpf()/perf_event_open wrappers that reads /proc and /sys.
 """
@@ -13,6 +14,7 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 
 from bpfsym.formats import struct_of
 from bpfsym.formats.elf import elf_layouts
@@ -60,7 +62,7 @@ def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
 
 
 class HostKallsyms:
-    """read_host_kallsyms() done beside: a child process (_kread.py) writes the text into
+    """read_host_kallsyms() done beside: a child process (live/kernel_kallsyms.py) writes the text into
     an anonymous file while this one goes on; text() waits for it. inherit() gives a
     forked process the same text without the kernel making it twice."""
 
@@ -145,18 +147,6 @@ def read_sysctls() -> dict[str, str]:
     return out
 
 
-def bpf_image_symbols(path: str = "/proc/kallsyms") -> bytes:
-    """The [bpf] symbols that are not programs: trampolines, dispatchers (bpf_trampoline_*,
-    bpf_dispatcher_*). Reading the BPF part is slow with many programs: run it off the
-    start-up path."""
-    out = []
-    with open(path, "rb") as f:
-        for line in f:
-            if line.endswith(b"\t[bpf]\n") and b" bpf_prog_" not in line:
-                out.append(line)
-    return b"".join(out)
-
-
 def identity() -> dict[str, object]:
     u = platform.uname()
     return {
@@ -177,3 +167,75 @@ def child_pids(pid: int) -> list[int]:
     except OSError:
         pass
     return out
+
+
+CAP_SYS_NICE = 23  # include/uapi/linux/capability.h
+
+
+def has_capability(cap: int) -> bool:
+    """Whether this process holds `cap` in its effective set (/proc/self/status CapEff)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> cap & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+class Backseat:
+    """A thread that gives way to everything else (nice 19, Linux nice is per thread) while
+    its backlog is small: record's fetch and compression can wait, since the pinner holds
+    the references, and the loader being recorded should not (on a saturated 2-CPU host,
+    1000 loads/s: 0.78x of plain perf's loads at nice 0, 0.96x at 19; docs/record-startup.md).
+    Back to nice 0 when the backlog passes `high` (what it holds: fds, kernel memory,
+    queued bytes) and once hurried (the stop path waits for it). Only where nice can be
+    lowered again (CAP_SYS_NICE): otherwise it stays at 0; BPFSYM_NO_NICE=1 keeps it at 0
+    (as BPFSYM_NO_RT=1 does the pinner's SCHED_FIFO: for comparisons)."""
+
+    NICE = 19
+
+    def __init__(self, high: int) -> None:
+        self.high = high
+        self.tid = 0
+        self.niced = False
+        self.hurried = False
+        self.allowed = has_capability(CAP_SYS_NICE) and os.environ.get("BPFSYM_NO_NICE") != "1"
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        """In the thread, first thing."""
+        self.tid = threading.get_native_id()
+
+    def check(self, backlog: int) -> None:
+        """In the thread, per item: backlog is what is still queued."""
+        if not self.allowed:
+            return
+        if self.niced and backlog > self.high:
+            self._set(0)
+        elif not self.niced and not self.hurried and backlog < self.high // 4:
+            self._set(self.NICE)
+
+    def hurry(self) -> None:
+        """From any thread: nice 0 from now on."""
+        self.hurried = True
+        if self.niced:
+            self._set(0)
+
+    def _set(self, nice: int) -> None:
+        with self._lock:
+            if self.tid:
+                try:
+                    os.setpriority(os.PRIO_PROCESS, self.tid, nice)
+                    self.niced = nice != 0
+                except OSError:
+                    self.allowed = False
+
+
+def nofile_limit() -> int:
+    """This process's soft RLIMIT_NOFILE (record raises it to the hard one first)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft

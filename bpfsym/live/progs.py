@@ -18,9 +18,6 @@ from bpfsym.formats import bpf as fb
 from bpfsym.formats import integers, struct_of
 from bpfsym.live.sys import Buffer, bpf
 
-_INFO = fb.prog_info().compile()  # compiled: ~4x faster parse, same layout
-INFO_SIZE = _INFO.sizeof()
-
 # The arrays of bpf_prog_info: (pointer field, count field, element size or rec-size field)
 _ARRAYS: dict[str, tuple[str, str, int | str]] = {
     "jited": ("jited_prog_insns", "jited_prog_len", 1),
@@ -40,6 +37,8 @@ BLOB_NAMES = ("info", *_ARRAYS, "btf")
 # construct's build costs ~20-30 µs, longer than a libbpf probe program lives
 GET_ID_ATTR = struct_of(fb.get_id_attr)[0]
 INFO_ATTR = struct_of(fb.info_attr)[0]
+_INFO_FAST, _INFO_NAMES = fb.prog_info_struct()  # struct bpf_prog_info, native order
+INFO_SIZE = _INFO_FAST.size
 
 
 @dataclass
@@ -81,7 +80,6 @@ def _info_call(fd: int, info: bytes | bytearray, cmd: int = fb.BPF_OBJ_GET_INFO_
     return buf.read()
 
 
-_INFO_FAST, _INFO_NAMES = fb.prog_info_struct()
 ProgInfo = namedtuple("ProgInfo", _INFO_NAMES)  # type: ignore[misc]
 _NAME_AT = _INFO_NAMES.index("name")
 _ZERO_INFO = bytes(INFO_SIZE)
@@ -95,54 +93,66 @@ def basic_info(fd: int) -> Any:
     return ProgInfo._make(vals)
 
 
+# fetch_blobs / fetch_btf at struct's speed (a host with thousands of programs, and
+# loaders churning hundreds a second): the same two calls and the same bytes as the
+# construct declarations give, ~40 µs a program instead of ~140 µs (docs/record-startup.md)
+_AT = {n: i for i, n in enumerate(_INFO_NAMES)}
+_ARRAY_AT = [
+    (name, _AT[ptr], _AT[count], _AT[elem] if isinstance(elem, str) else -elem)
+    for name, (ptr, count, elem) in _ARRAYS.items()
+]  # elem < 0: a fixed element size of -elem bytes
+_JITED_LEN_AT, _BTF_ID_AT = _AT["jited_prog_len"], _AT["btf_id"]
+_BTF_INFO, _BTF_NAMES = struct_of(fb.btf_info)
+_BTF_AT = {n: i for i, n in enumerate(_BTF_NAMES)}
+_ZERO_BTF = bytes(_BTF_INFO.size)
+
+
 def fetch_blobs(fd: int) -> ProgBlobs:
-    """Full info: a first call for the counts, a second with a buffer for every array."""
-    first = _INFO.parse(_info_call(fd, bytes(INFO_SIZE)))
-    req = dict(first)
-    bufs: dict[str, tuple[Buffer, int]] = {}
-    for name, (ptr, count, elem) in _ARRAYS.items():
-        n = int(first[count])
-        esize = int(first[elem]) if isinstance(elem, str) else elem
+    """Full info: a first call for the counts, a second with a buffer for every array.
+    The info blob is the second call's bytes as the kernel wrote them (its pointers are
+    this call's buffers)."""
+    first = _INFO_FAST.unpack(_info_call(fd, _ZERO_INFO))
+    req = list(first)
+    bufs: list[tuple[str, int, int, Buffer, int]] = []
+    for name, ptr, count, elem in _ARRAY_AT:
+        n = first[count]
+        esize = first[elem] if elem >= 0 else -elem
         if n == 0 or esize == 0:
             req[ptr] = 0
             req[count] = 0
             continue
         size = n * esize
         buf = Buffer(size)
-        bufs[name] = (buf, size)
+        bufs.append((name, count, elem, buf, size))
         req[ptr] = buf.addr
-    raw = _info_call(fd, _INFO.build(req))
-    second = _INFO.parse(raw)
+    raw = _info_call(fd, _INFO_FAST.pack(*req))
+    second = _INFO_FAST.unpack(raw)
     out = ProgBlobs({"info": raw})
-    for name, (buf, size) in bufs.items():
-        ptr, count, elem = _ARRAYS[name]
-        esize = int(second[elem]) if isinstance(elem, str) else elem
-        out.blobs[name] = buf.read(min(size, int(second[count]) * esize))
-    if second.btf_id:
+    for name, count, elem, buf, size in bufs:
+        esize = second[elem] if elem >= 0 else -elem
+        out.blobs[name] = buf.read(min(size, second[count] * esize))
+    if second[_BTF_ID_AT]:
         try:
-            out.blobs["btf"] = fetch_btf(int(second.btf_id))
+            out.blobs["btf"] = fetch_btf(second[_BTF_ID_AT])
         except OSError as e:
-            out.missing = f"BTF {second.btf_id}: {e.strerror}"
-    if second.jited_prog_len == 0:
+            out.missing = f"BTF {second[_BTF_ID_AT]}: {e.strerror}"
+    if second[_JITED_LEN_AT] == 0:
         out.missing = out.missing or "no JIT image (bpf_jit_enable=0, or interpreter)"
     return out
 
 
 def fetch_btf(btf_id: int) -> bytes:
     """The raw BTF blob of btf_id (BPF_BTF_GET_FD_BY_ID + bpf_btf_info)."""
-    fd = bpf(
-        fb.BPF_BTF_GET_FD_BY_ID, fb.get_id_attr.build({"id": btf_id, "next_id": 0, "open_flags": 0})
-    )
+    fd = bpf(fb.BPF_BTF_GET_FD_BY_ID, GET_ID_ATTR.pack(btf_id, 0, 0))
     try:
-        size = fb.btf_info.sizeof()
-        first = fb.btf_info.parse(_info_call(fd, bytes(size)))
-        buf = Buffer(int(first.btf_size))
-        req = dict(first)
-        req["btf"] = buf.addr
-        req["name"] = 0
-        req["name_len"] = 0
-        second = fb.btf_info.parse(_info_call(fd, fb.btf_info.build(req)))
-        return buf.read(int(second.btf_size))
+        first = _BTF_INFO.unpack(_info_call(fd, _ZERO_BTF))
+        buf = Buffer(first[_BTF_AT["btf_size"]])
+        req = list(first)
+        req[_BTF_AT["btf"]] = buf.addr
+        req[_BTF_AT["name"]] = 0
+        req[_BTF_AT["name_len"]] = 0
+        second = _BTF_INFO.unpack(_info_call(fd, _BTF_INFO.pack(*req)))
+        return buf.read(second[_BTF_AT["btf_size"]])
     finally:
         os.close(fd)
 

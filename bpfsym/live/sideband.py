@@ -14,6 +14,7 @@ import sys
 from bpfsym.formats import integers
 from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
+from bpfsym.live.prestart import online_cpus as online_cpus  # where it lives: stdlib only
 from bpfsym.live.sys import PERF_FLAG_FD_CLOEXEC, perf_event_open
 
 SAMPLE_TYPE = sf.SIDEBAND_SAMPLE_TYPE
@@ -22,19 +23,9 @@ _U64 = integers(sys.byteorder == "little").u64  # data_head / data_tail of the m
 _HEAD = _FAST.header  # type, misc, size
 _BPF_EVENT = _FAST.bpf_event  # type, flags, id, tag
 _LOST = _FAST.lost  # id, lost
+_KSYMBOL = _FAST.ksymbol  # addr, len, ksym_type, flags
 _TRAILER, _TRAILER_FIELDS = _FAST.sample_id(SAMPLE_TYPE)
 _TIME_AT = _TRAILER_FIELDS.index("time")
-
-
-def online_cpus() -> list[int]:
-    """CPUs listed in /sys/devices/system/cpu/online ("0-3,5")."""
-    with open("/sys/devices/system/cpu/online") as f:
-        text = f.read().strip()
-    cpus: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def sideband_attr(clockid: int | None = None) -> bytes:
@@ -147,6 +138,14 @@ def load_event_id(rec: bytes) -> int | None:
     return int(prog_id) if etype == fp.BPF_EVENT_PROG_LOAD else None
 
 
+def unload_event_id(rec: bytes) -> int | None:
+    """The program id of a PERF_BPF_EVENT_PROG_UNLOAD record, else None."""
+    if _HEAD.unpack_from(rec)[0] != fp.RECORD_BPF_EVENT:
+        return None
+    etype, _flags, prog_id, _tag = _BPF_EVENT.unpack_from(rec, _HEAD.size)
+    return int(prog_id) if etype == fp.BPF_EVENT_PROG_UNLOAD else None
+
+
 def bpf_event_time(rec: bytes) -> int:
     """perf-clock time in the sample_id trailer right after the BPF_EVENT body.
 
@@ -154,6 +153,20 @@ def bpf_event_time(rec: bytes) -> int:
     (docs/kernel-notes.md), so the trailer is read after the fixed body, never
     from the record's end."""
     return int(_TRAILER.unpack_from(rec, _HEAD.size + _BPF_EVENT.size)[_TIME_AT])
+
+
+def image_ksymbol(rec: bytes) -> tuple[int, int, str] | None:
+    """(addr, len, name) of a KSYMBOL record registering a BPF image that is no program's
+    function (a trampoline, dispatcher or struct_ops member), else None."""
+    if _HEAD.unpack_from(rec)[0] != fp.RECORD_KSYMBOL:
+        return None
+    addr, size, ksym_type, flags = _KSYMBOL.unpack_from(rec, _HEAD.size)
+    if ksym_type != fp.KSYMBOL_TYPE_BPF or flags & fp.KSYMBOL_FLAGS_UNREGISTER:
+        return None
+    at = _HEAD.size + _KSYMBOL.size
+    end = rec.find(b"\0", at)
+    name = rec[at : end if end >= 0 else len(rec)].decode("utf-8", "replace")
+    return None if name.startswith("bpf_prog_") else (addr, size, name)
 
 
 def lost_count(rec: bytes) -> int:

@@ -1,6 +1,7 @@
 """The side file (formats/sidefile.py): its crash-safe writer and its reader.
 
-The writer appends one frame per os.write(); the reader returns every complete
+The writer appends one frame per os.write() (big records compressed in a thread of its
+own); the reader returns every complete
 frame, reports a torn tail, and rebuilds the program timeline from snapshot
 records and side-band KSYMBOL / BPF_EVENT records.
 """
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import queue
 import struct
 import sys
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from construct import ConstructError, Struct
 
@@ -35,38 +37,121 @@ from bpfsym.read.bpf_events import LoadPairing
 COMPRESS_MIN = 512  # payloads at least this big are stored zlib-compressed
 
 
+class Backseat(Protocol):
+    """How the writer thread yields the CPU (live.host.Backseat): enter() in the thread,
+    check(backlog) per record, hurry() on the stop path."""
+
+    def enter(self) -> None: ...
+    def check(self, backlog: int) -> None: ...
+    def hurry(self) -> None: ...
+
+
 class SideFileWriter:
-    """Append-only, one frame per write(); safe to share between threads."""
+    """Append-only, one frame per write(); safe to share between threads.
+
+    Frames and the hot payloads (PROGRAM, SIDEBAND) are built with struct formats derived
+    from formats/sidefile.py (the bytes construct builds: tests/offline/test_sidefile.py
+    compares them). put_program() and write_later() hand a record to a writer thread,
+    started on first use, which compresses and writes it (zlib releases the GIL): such
+    records may land after records written later by other means, and queued records
+    never out of order with each other (KALLSYMS: the kernel part, then image lines).
+    flush() waits for them. After hurry() (the stop path, which would otherwise wait
+    for zlib, ~0.1 ms a program) queued records are written uncompressed, and PROGRAM
+    records at once by the caller (the thread hand-off alone slowed 3,000 fetches from
+    0.2 to 0.3 s): the reader takes PROGRAM records in any order."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         os.fchmod(self._fd, 0o600)
         self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._hurry = False
+        self.backseat: Backseat | None = None  # set before the first write_later
         os.write(self._fd, sf.MAGIC)
 
     def write(self, rtype: int, payload: bytes, compress: bool | None = None) -> None:
         if compress is None:
             compress = len(payload) >= COMPRESS_MIN
-        flags = {"zlib": False}
+        flags = 0
         if compress:
             packed = zlib.compress(payload, 1)
             if len(packed) < len(payload):
-                payload, flags = packed, {"zlib": True}
-        head = sf.frame.build(
-            {"type": rtype, "flags": flags, "length": len(payload), "crc32": zlib.crc32(payload)}
-        )
+                payload, flags = packed, sf.FLAG_ZLIB
+        head = _FRAME.pack(rtype, flags, len(payload), zlib.crc32(payload))
         with self._lock:
             os.write(self._fd, head + payload)
 
     def put(self, rtype: int, value: Any, compress: bool | None = None) -> None:
         self.write(rtype, sf.PAYLOADS[rtype].build(value), compress)
 
+    def sideband(self, cpu: int, record: bytes) -> None:
+        """A SIDEBAND record (sf.sideband: cpu, the raw perf record), never compressed."""
+        self.write(sf.SIDEBAND, _SIDEBAND_CPU.pack(cpu) + record, compress=False)
+
+    def put_program(
+        self, prog_id: int, origin: str, load_time: int, missing: str, blobs: dict[str, bytes]
+    ) -> None:
+        """A PROGRAM record (sf.program), compressed and written by the writer thread."""
+        payload = program_payload(prog_id, origin, load_time, missing, blobs)
+        if self._hurry:
+            self.write(sf.PROGRAM, payload, False)
+        else:
+            self.write_later(sf.PROGRAM, payload)
+
+    def write_later(self, rtype: int, payload: bytes) -> None:
+        """write(rtype, payload) in the writer thread (kallsyms: 5 MB, 30-70 ms of zlib)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, daemon=True)
+            self._thread.start()
+        self._queue.put((rtype, payload))
+
+    def _drain(self) -> None:
+        seat = self.backseat
+        if seat is not None:
+            seat.enter()
+        while (item := self._queue.get()) is not None:
+            if seat is not None:
+                seat.check(self._queue.qsize())
+            self.write(item[0], item[1], False if self._hurry else None)
+
+    def hurry(self) -> None:
+        """From now on, queued records are written without compression."""
+        self._hurry = True
+        if self.backseat is not None:
+            self.backseat.hurry()
+
+    def flush(self) -> None:
+        """Wait until every queued record is written."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
     def close(self) -> None:
+        self.flush()
         with self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def program_payload(
+    prog_id: int, origin: str, load_time: int, missing: str, blobs: dict[str, bytes]
+) -> bytes:
+    """sf.program.build({...}) at struct's speed (~6 µs against ~90 µs), the same bytes."""
+    text = missing.encode("utf-8")
+    parts = [
+        _PROGRAM_HEAD.pack(prog_id, _ORIGIN_CODES[origin], load_time),
+        _STR16.pack(len(text)),
+        text,
+        _COUNT16.pack(len(blobs)),
+    ]
+    for name, data in blobs.items():
+        raw = name.encode("ascii")
+        parts += [_BLOB_NAME.pack(len(raw)), raw, _BLOB_DATA.pack(len(data)), data]
+    return b"".join(parts)
 
 
 def iter_frames(path: str, data: bytes | mmap.mmap) -> Any:
@@ -104,6 +189,7 @@ _STR16 = struct_of(Struct("length" / sf.STR16_LENGTH))[0]
 _COUNT16 = struct_of(Struct("count" / sf.BLOB_COUNT))[0]
 _BLOB_NAME = struct_of(Struct("length" / sf.BLOB_NAME_LENGTH))[0]
 _BLOB_DATA = struct_of(Struct("length" / sf.BLOB_DATA_LENGTH))[0]
+_ORIGIN_CODES = {name: code for code, name in sf.ORIGINS.items()}
 
 
 @dataclass

@@ -17,7 +17,14 @@ from bpfsym.formats import perf as fp
 from bpfsym.formats import sidefile as sf
 from bpfsym.formats.errors import FormatError
 from bpfsym.read.kallsyms import capture_kernel_symbols
-from bpfsym.read.sidefile import SideFileWriter, _Timeline, iter_frames, read_capture, read_program
+from bpfsym.read.sidefile import (
+    SideFileWriter,
+    _Timeline,
+    iter_frames,
+    program_payload,
+    read_capture,
+    read_program,
+)
 
 HEADER = {
     "version": 1,
@@ -236,6 +243,94 @@ def _declared(raw):
 def _fast(raw):
     r = read_program(raw)
     return (r.prog_id, r.origin, r.load_time, r.missing, r.blobs)
+
+
+_origin_names = st.sampled_from(sorted(sf.ORIGINS.values()))
+
+
+@settings(max_examples=300)
+@given(_programs.map(lambda v: {**v, "origin": None}), _origin_names)
+def test_program_records_are_built_as_declared(value, origin):
+    # the writer's struct path builds the bytes construct builds from the declaration
+    value["origin"] = origin
+    blobs = {b["name"]: b["data"] for b in value["blobs"]}
+    value["blobs"] = [{"name": k, "data": v} for k, v in blobs.items()]  # names unique
+    got = program_payload(value["prog_id"], origin, value["load_time"], value["missing"], blobs)
+    assert got == sf.program.build(value)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "sideband", "program", "later"]), st.binary(max_size=900)
+        ),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_writer_frames_are_built_as_declared(tmp_path_factory, ops, hurry):
+    # every frame the writer makes (direct, sideband, queued, hurried) is what sf.frame and
+    # the payload declarations build, and the reader reads the file back
+    p = tmp_path_factory.mktemp("w") / "w.bpfsym"
+    w = SideFileWriter(str(p))
+    w.put(sf.HEADER, HEADER)
+    want = [(sf.HEADER, sf.header.build(HEADER))]
+    queued = []
+    for i, (op, data) in enumerate(ops):
+        if op == "put":
+            w.put(sf.NOTE, {"time": i, "text": data.hex()})
+            want.append((sf.NOTE, sf.note.build({"time": i, "text": data.hex()})))
+        elif op == "sideband":
+            w.sideband(i, data)
+            want.append((sf.SIDEBAND, sf.sideband.build({"cpu": i, "record": data})))
+        elif op == "program":
+            blobs = {"info": bytes(232), "jited": data}
+            value = {"prog_id": i, "origin": "rescan", "load_time": -1, "missing": "",
+                     "blobs": [{"name": k, "data": v} for k, v in blobs.items()]}  # fmt: skip
+            w.put_program(i, "rescan", -1, "", blobs)
+            queued.append((sf.PROGRAM, sf.program.build(value)))
+        else:
+            w.write_later(sf.KALLSYMS, data)
+            queued.append((sf.KALLSYMS, data))
+        if hurry and i == len(ops) // 2:
+            w.hurry()
+    w.close()
+    raw = p.read_bytes()
+    frames = list(iter_frames(str(p), raw))
+    direct = [(t, pl) for _, t, pl in frames if (t, pl) not in queued]
+    assert [x for x in direct if x[0] != sf.PROGRAM] == [x for x in want if x[0] != sf.PROGRAM]
+    later = [(t, pl) for _, t, pl in frames if (t, pl) in queued or t == sf.PROGRAM]
+    # queued records in their order (PROGRAM records once hurried: at once, in any order)
+    assert [x for x in later if x[0] != sf.PROGRAM] == [x for x in queued if x[0] != sf.PROGRAM]
+    assert sorted(x for x in later if x[0] == sf.PROGRAM) == sorted(
+        x for x in queued if x[0] == sf.PROGRAM
+    )
+    off = len(sf.MAGIC)
+    for _, rtype, payload in frames:
+        head = sf.frame.parse(raw[off : off + sf.FRAME_SIZE])
+        stored = raw[off + sf.FRAME_SIZE : off + sf.FRAME_SIZE + head.length]
+        assert head.type == rtype and head.crc32 == zlib.crc32(stored)
+        assert (zlib.decompress(stored) if head.flags.zlib else stored) == payload
+        if not hurry and len(payload) >= 512 and rtype != sf.SIDEBAND:
+            assert head.flags.zlib or len(zlib.compress(payload, 1)) >= len(payload)
+        off += sf.FRAME_SIZE + head.length
+    if all(op != "sideband" for op, _ in ops):  # random bytes are no perf records
+        cap = read_capture(str(p))
+        want_ids = [i for i, (op, _) in enumerate(ops) if op == "program"]
+        assert [x.id for x in cap.programs] == want_ids
+
+
+def test_hurried_records_are_stored_uncompressed(tmp_path):
+    p = tmp_path / "h.bpfsym"
+    w = SideFileWriter(str(p))
+    w.put(sf.HEADER, HEADER)
+    w.hurry()
+    w.put_program(5, "snapshot", -1, "", {"info": bytes(232), "jited": b"\xcc" * 4096})
+    w.close()
+    frames = list(iter_frames(str(p), p.read_bytes()))
+    assert p.stat().st_size > 4096 and frames[-1][1] == sf.PROGRAM
+    assert read_capture(str(p)).programs[0].id == 5
 
 
 @settings(max_examples=300)
