@@ -252,7 +252,11 @@ class _Timeline:
                 end = rec.find(b"\0", at)
                 if end < 0:
                     raise ValueError("KSYMBOL name without its NUL")
-                self.pairing.ksymbol(cpu, Function(rec[at:end].decode("utf-8"), addr, size))
+                name = rec[at:end].decode("utf-8")
+                # trampolines and dispatchers are KSYMBOL_TYPE_BPF too (kernel/bpf/core.c
+                # bpf_image_ksym_add) but belong to no program's BPF_EVENT
+                if name.startswith("bpf_prog_"):
+                    self.pairing.ksymbol(cpu, Function(name, addr, size))
         elif rtype == fp.RECORD_BPF_EVENT:
             ev_type, _flags, prog_id, tag = fast.bpf_event.unpack_from(rec, body)
             t = self.trailer.unpack_from(rec, body + fast.bpf_event.size)[self.time_at]

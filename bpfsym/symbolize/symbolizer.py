@@ -126,7 +126,8 @@ class Symbolizer:
             else:
                 fn = BpfFunc(name, addr, length, t or None, None, FROM_PERF)
                 self.bpf_perf.add(fn)
-                self.pairing.ksymbol(PERF_CPU, fn)
+                if name.startswith("bpf_prog_"):  # not a trampoline's or dispatcher's
+                    self.pairing.ksymbol(PERF_CPU, fn)
             self._drop_kcache()
         else:
             # out-of-line code (trampolines, dispatchers, ...): named by the kernel
