@@ -257,7 +257,7 @@ class Timing:
                 return True
             ratio = ((ts - self.timestamp) & U64) / d.cycle_cnt
             base = d.cbr_cyc_to_tsc
-            if d.cbr and ratio > base and ratio / base > 1.25:
+            if d.cbr and ratio > base and (not base or ratio / base > 1.25):
                 return True  # "too big (c.f. CBR-based value)"
             self.calc_cyc_to_tsc = ratio
             self.have_calc_cyc_to_tsc = True
