@@ -5,7 +5,7 @@ callbacks of bpftool's xlated dumper (tools/bpf/bpftool/xlated_dumper.c), i.e. t
 `bpftool prog dump xlated`, from the raw xlated instructions of a captured program.
 
 capstone's BPF backend (5.0) cannot stand in for this: it has no cpu=v4 instructions, no
-atomics beyond add, and prints its own syntax (tests/offline/test_bpfinsn.py documents where).
+atomics beyond add, and prints its own syntax (tests/offline/annotate/test_bpfinsn.py documents where).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class SideFileWriter:
     """Append-only, one frame per write(); safe to share between threads.
 
     Frames and the hot payloads (PROGRAM, SIDEBAND) are built with struct formats derived
-    from formats/sidefile.py (the bytes construct builds: tests/offline/test_sidefile.py
+    from formats/sidefile.py (the bytes construct builds: tests/offline/read/test_sidefile.py
     compares them). put_program() and write_later() hand a record to a writer thread,
     started on first use, which compresses and writes it (zlib releases the GIL): such
     records may land after records written later by other means, and queued records

@@ -18,9 +18,9 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import perfcompat as P  # noqa: E402
+from kit import perfcompat as P  # noqa: E402
 
 COLUMNS = [*P.KEY_SETS, "children"]
 

@@ -15,8 +15,8 @@ import json
 import os
 import subprocess
 
-import perfcompat as P
 import pytest
+from kit import perfcompat as P
 
 FILES = P.corpus_files()
 CHAINED = [f for f in FILES if P.has_callchains(f)]

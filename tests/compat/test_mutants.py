@@ -14,7 +14,7 @@ import tempfile
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from perfcompat import corpus_files
+from kit.perfcompat import corpus_files
 
 FILES = [f for f in corpus_files() if os.path.getsize(f) <= 2 << 20]
 SECONDS = 60  # per reading: corpus files read in well under 2 s

@@ -1,0 +1,283 @@
+"""The numpy accelerator of bpfsym report gives the same reports as the pure-Python reader.
+
+Fixtures are perf.data files recorded on a real kernel (tests/fixtures/perfdata);
+the pure-Python path is the record-by-record reader, checked against perf elsewhere.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpfsym.formats.errors import FormatError
+from bpfsym.read.bulk import NotBulk
+from bpfsym.read.kallsyms import KernelSymbols, SortedKallsyms, capture_kernel_symbols
+from bpfsym.read.perfdata import PerfData
+from bpfsym.report.analysis import NUMPY_MIN_BYTES, analyze
+from bpfsym.report.render import render_folded, render_json, render_stdio
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "perfdata")
+EMPTY = os.devnull  # an empty kallsyms file: the same (no) kernel symbols on any host
+
+
+def rendered(
+    path: str, keys: list[str], graph: bool, bpf_only: bool, fast: bool, parallel: bool = False
+) -> str:
+    an = analyze(path, None, keys, graph, bpf_only, EMPTY, None, fast, parallel)
+    assert an.accelerated == fast
+    out = render_stdio(an, None, 0.0) + render_json(an, None)
+    return out + (render_folded(an) if graph else "")
+
+
+@pytest.mark.parametrize("name", ["bpf", "multi"])
+@pytest.mark.parametrize(
+    "keys,graph,bpf_only",
+    [
+        (["comm", "dso", "sym"], False, False),
+        (["comm", "dso", "sym"], True, False),
+        (["sym"], False, False),
+        (["pid", "cpu", "sym"], True, False),
+        (["prog", "func", "srcline"], False, True),
+        (["cpu", "srcline"], True, True),
+    ],
+)
+def test_numpy_and_pure_python_reports_are_identical(
+    name: str, keys: list[str], graph: bool, bpf_only: bool
+) -> None:
+    path = os.path.join(FIX, f"{name}.data")
+    fast = rendered(path, keys, graph, bpf_only, True)
+    assert fast == rendered(path, keys, graph, bpf_only, False)
+    assert "# Samples:" in fast
+    # two processes, each with part of the samples (the file cut in five windows)
+    assert rendered(path, keys, graph, bpf_only, True, parallel=True) == fast
+
+
+def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bpfsym.report import split
+
+    def broken(bulk: object) -> tuple:
+        raise RuntimeError("child went wrong")  # only the forked child calls this
+
+    monkeypatch.setattr(split, "portable", broken)
+    path = os.path.join(FIX, "bpf.data")
+    an = analyze(path, None, None, True, False, EMPTY, None, True, True)
+    assert not an.accelerated  # the record-by-record reader did it instead
+    want = analyze(path, None, None, True, False, EMPTY, None, False)
+    assert render_stdio(an, None, 0.0) == render_stdio(want, None, 0.0)
+
+
+@pytest.mark.parametrize("little", [True, False])
+def test_built_files_of_both_byte_orders_read_alike_every_way(tmp_path: object, little: bool):
+    # samples with call chains, rounds every 7 samples and losses on both sides of the
+    # middle: one process or two, numpy or not, little- or big-endian
+    from kit.perfdata_builder import build_file
+
+    from bpfsym.formats import perf as K
+
+    st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ |= K.SAMPLE_PERIOD | K.SAMPLE_CALLCHAIN
+    path = os.path.join(str(tmp_path), "built.data")
+    with open(path, "wb") as f:
+        f.write(build_file(little, st_, n=400, round_every=7, lost_at=(50, 350)))
+    out = []
+    for fast, parallel in ((False, False), (True, False), (True, True)):
+        for graph in (False, True):
+            an = analyze(path, None, ["pid", "cpu", "sym"], graph, False, EMPTY, None, fast,
+                         parallel)  # fmt: skip
+            assert an.accelerated == fast and an.lost == 10 and an.total_samples == 400
+            out.append(render_stdio(an, None, 0.0) + render_json(an, None))
+    assert out[0] == out[2] == out[4] and out[1] == out[3] == out[5]
+    assert "0xffffffff8100018f" in out[0]  # sample 399's address, unresolved without kallsyms
+
+
+@pytest.mark.parametrize("dummy_at", [(), (100, 300)])
+@pytest.mark.parametrize("longer", [False, True])
+def test_a_second_event_of_another_sample_layout(
+    tmp_path: object, dummy_at: tuple, longer: bool
+) -> None:
+    # perf -a without -F: its dummy:HG side-band event has no PERIOD. The fast reader takes
+    # the file while none of the dummy's samples shows up, and leaves it to the plain
+    # reader when one does; the report is the same every way. `longer`: a dummy layout
+    # whose samples are no shorter than the first event's (ADDR shifts the fields after
+    # ip; RAW adds bytes), so only the event of each sample tells them apart
+    from kit.perfdata_builder import build_file
+
+    from bpfsym.formats import perf as K
+
+    common = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ = common | K.SAMPLE_PERIOD | (0 if longer else K.SAMPLE_CALLCHAIN)
+    dummy = common | (K.SAMPLE_ADDR | K.SAMPLE_RAW if longer else 0)
+    path = os.path.join(str(tmp_path), "two.data")
+    with open(path, "wb") as f:
+        f.write(build_file(True, st_, n=400, round_every=7, dummy=dummy, dummy_at=dummy_at))
+    out = []
+    for fast, parallel in ((False, False), (True, False), (True, True)):
+        an = analyze(path, None, ["pid", "cpu", "sym"], True, False, EMPTY, None, fast, parallel)
+        assert an.accelerated == (fast and not dummy_at)
+        assert an.total_samples == 400 + len(dummy_at)
+        out.append(render_stdio(an, None, 0.0) + render_json(an, None))
+    assert out[0] == out[1] == out[2]
+
+
+def test_bulk_walk_finds_every_record() -> None:
+    for name in ("bpf", "multi"):
+        pd = PerfData(os.path.join(FIX, f"{name}.data"))
+        with pd:
+            want = [(off - pd.data_offset) // 8 for *_, off in pd.records()]
+            bulk = pd.bulk(np)
+            assert bulk is not None
+            got = np.concatenate(list(bulk.windows(window=4096))).tolist()
+            assert got == want and len(got) > 500
+
+
+def _corrupt(blob: bytes, at: int, value: int) -> bytes:
+    data_off = struct.unpack_from("<Q", blob, 40)[0]  # perf_file_header.data.offset
+    b = bytearray(blob)
+    struct.pack_into("<H", b, data_off + at + 6, value)  # a record's header.size
+    return bytes(b)
+
+
+@pytest.mark.parametrize("value", [0, 3, 12, 0xFFF8])
+def test_bad_record_size_gives_the_same_error_either_way(tmp_path: object, value: int) -> None:
+    blob = open(os.path.join(FIX, "bpf.data"), "rb").read()
+    bad = os.path.join(str(tmp_path), "bad.data")
+    with open(bad, "wb") as f:
+        f.write(_corrupt(blob, 0, value))
+    pd = PerfData(bad)
+    with pd, pytest.raises(NotBulk):
+        list(pd.bulk(np).windows())  # type: ignore[union-attr]
+    errors = []
+    for fast in (True, False):
+        with pytest.raises(FormatError) as e:
+            analyze(bad, None, None, True, False, EMPTY, None, accelerate=fast)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and bad in errors[0]
+
+
+def _kallsyms_lines() -> list[str]:
+    """Kernel-looking kallsyms lines from a fixture's BPF lines, renamed and typed anew."""
+    out = []
+    with open(os.path.join(FIX, "bpf.kallsyms-bpf.txt")) as f:
+        for i, line in enumerate(f):
+            addr, _t, name = line.split()[:3]
+            out.append(f"{addr} {'tTdbW'[i % 5]} k_{name}" + ("\t[mod]" if i % 3 == 0 else ""))
+    return out
+
+
+def test_kallsyms_columns_agree_with_line_parsing() -> None:
+    lines = _kallsyms_lines()
+    text = "\n".join([*lines, lines[0].replace(" k_", " again_"), "0000000000000000 T zero"])
+    a = KernelSymbols.from_text(text + "\n", "x", np=np)
+    b = KernelSymbols.from_text(text + "\n", "x")
+    assert a._line is not None  # the numpy reading was used
+    assert a.addrs == b.addrs and a.syms == b.syms and len(a) >= 4
+    for ip in (a.addrs[0] - 1, a.addrs[0], a.addrs[-1] + 100, a.addrs[1] + 3):
+        assert a.lookup(ip) == b.lookup(ip)
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**64 - 1),
+            st.sampled_from("TtWwDdBbulAaRrNn?"),
+            st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1,
+                    max_size=12),
+            st.sampled_from(["", "\t[ext4]", "\t[bpf]", " x"]),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from([16, 8]),
+)  # fmt: skip
+def test_kallsyms_reading_is_the_same_on_any_text(rows: list, width: int) -> None:
+    text = "".join(f"{a % (1 << (4 * width)):0{width}x} {t} {n}{m}\n" for a, t, n, m in rows)
+    a = KernelSymbols.from_text(text, "x", np=np)
+    b = KernelSymbols.from_text(text, "x")
+    assert a.addrs == b.addrs and a.syms == b.syms
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**64 - 1),
+            st.sampled_from("TtWwDdBbulAaRrNn"),
+            st.text(st.characters(min_codepoint=33, max_codepoint=0x7E), min_size=1,
+                    max_size=12),
+        ),
+        max_size=400,
+    ),
+    st.lists(
+        st.tuples(st.integers(0, 2**64 - 1), st.sampled_from("tTdD"), st.sampled_from("ab")),
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 2**64 - 1), max_size=40),
+)  # fmt: skip
+def test_kallsyms_looked_up_in_place_answer_as_read_in_full(
+    core: list, mods: list, ips: list
+) -> None:
+    # the kernel's own lines sorted by address (as /proc/kallsyms has them), then modules;
+    # hundreds of lines, so lookups cross SortedKallsyms' 4 KB windows
+    core = sorted(core, key=lambda r: r[0])
+    text = "".join(f"{a:016x} {t} {n}\n" for a, t, n in core)
+    text += "".join(f"{a:016x} {t} m_{n}\t[mod_{n}]\n" for a, t, n in mods)
+    full = KernelSymbols.from_text(text, "x", np=np)
+    here = SortedKallsyms(text, "x")
+    assert here.syms == full.syms
+    if full.syms:
+        assert len(here)
+    if not any(a for a, _, _ in core) and not mods:
+        assert not len(here)  # every address zero: kptr_restrict hides them
+    probes = ips + [a + d for a in full.addrs[:50] for d in (-1, 0, 1)]
+    for ip in probes:
+        assert here.lookup(ip) == full.lookup(ip), hex(ip)
+
+
+def test_side_file_kallsyms_read_three_ways_answer_alike() -> None:
+    # a side file keeps /proc/kallsyms' kernel part and the [bpf] trampoline lines as
+    # text; report reads the text itself (in place, or with numpy), others parse it
+    from bpfsym.model import Capture, CaptureHeader
+    from bpfsym.symbolize.kernel import kernel_symbols as _kernel_symbols
+
+    # as /proc/kallsyms has it: the kernel's own lines by address, then module lines
+    lines = [x.split("\t")[0] for x in _kallsyms_lines()]
+    kernel = "".join(f"{line}\n" for line in sorted(lines, key=lambda x: int(x.split()[0], 16)))
+    kernel += "ffffffffc0100000 t mod_fn\t[some_mod]\n"
+    bpf = "ffffffffc0200000 t bpf_trampoline_6442\t[bpf]\n"
+    cap = Capture(CaptureHeader("", "", 0, "", -1, 0), kallsyms_texts=[kernel, bpf])
+    here, _ = _kernel_symbols(None, cap, None)  # type: ignore[arg-type]
+    full, _ = _kernel_symbols(None, cap, None, np)  # type: ignore[arg-type]
+    parsed = KernelSymbols(capture_kernel_symbols(cap), "x")
+    assert isinstance(here, SortedKallsyms) and full is not None and here is not None
+    assert len(capture_kernel_symbols(cap)) == len(lines) + 2  # the trampoline too, for annotate
+    for s in parsed.syms:
+        for ip in (s.addr - 1, s.addr, s.addr + 1, 0xFFFFFFFFC0200005):
+            assert here.lookup(ip) == full.lookup(ip) == parsed.lookup(ip), hex(ip)
+
+
+def test_small_files_are_read_without_numpy() -> None:
+    # below NUMPY_MIN_BYTES importing numpy would cost more than it saves
+    path = os.path.join(FIX, "bpf.data")
+    assert os.path.getsize(path) < NUMPY_MIN_BYTES
+    an = analyze(path, None, None, False, False, EMPTY, None)
+    assert not an.accelerated
+    assert render_stdio(an, None, 0.0) == render_stdio(
+        analyze(path, None, None, False, False, EMPTY, None, True), None, 0.0
+    )
+
+
+PIPE = open(os.path.join(FIX, "pipe.data"), "rb").read()
+
+
+def test_streams_take_the_record_by_record_reader() -> None:
+    a = analyze("p.data", None, None, True, False, EMPTY, io.BytesIO(PIPE), accelerate=True)
+    b = analyze("p.data", None, None, True, False, EMPTY, io.BytesIO(PIPE), accelerate=False)
+    assert render_stdio(a, None, 0.0) == render_stdio(b, None, 0.0)
