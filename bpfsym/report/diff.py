@@ -66,7 +66,6 @@ class Side:
         self.progs: dict[tuple[str, str], Prog] = {}
         self.by_sym: dict[Sym, Prog] = {}
         self.occ: dict[int, dict[int, tuple[str, str, int]]] = {}  # id(BpfFunc) -> by line
-        self.addrs: dict[int, list[int]] = {}  # id(BpfProg) -> its lines' native addresses
         self.keys = an.keys
         self.nhead = (1 if "cpu" in self.keys else 0) + (
             2 if ("comm" in self.keys or "pid" in self.keys) else 0
@@ -100,17 +99,13 @@ class Side:
         f = s.bpf
         if f is None or f.prog is None or not f.prog.lines:
             return None
-        lines = f.prog.lines
-        addrs = self.addrs.get(id(f.prog))
-        if addrs is None:
-            addrs = self.addrs[id(f.prog)] = [e.jited_addr or 0 for e in lines]
-        i = bisect.bisect_right(addrs, ip) - 1
-        if i < 0:
+        pl = f.lines_by_addr()  # the lines the report's srcline column uses
+        e = pl.at(ip)
+        if e is None:
             return None
-        e = lines[i]
         by_line = self.occ.get(id(f))
         if by_line is None:
-            by_line = self.occ[id(f)] = _occurrences(lines, addrs, f.addr, f.addr + f.size)
+            by_line = self.occ[id(f)] = _occurrences(pl.lines, pl.addrs, f.addr, f.addr + f.size)
         got = by_line.get(e.line)
         if got is None:  # a line of another function the address fell into
             return os.path.basename(e.file), source_text(e.text), 0, e.line

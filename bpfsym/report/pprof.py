@@ -25,7 +25,6 @@ Mapping says it has functions, so pprof does not try to symbolize anything again
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import os
 import re
@@ -38,6 +37,7 @@ from bpfsym.report.analysis import Analysis, EventStats
 from bpfsym.report.render import header_lines
 from bpfsym.symbolize.kernel import KERNEL_DSO
 from bpfsym.symbolize.symbols import Sym
+from bpfsym.symbolize.timeline import ProgLines
 
 from . import profile_pb2 as pb
 
@@ -69,7 +69,6 @@ class _Builder:
         self.functions: dict[tuple, int] = {}
         self.locations: dict[Any, int] = {}  # Sym or (Sym, ip) -> location id
         self.loc_rows: list[tuple] = []  # (mapping key, address, function id, line, column)
-        self.bpf_lines: dict[int, tuple[list[int], list[Any]]] = {}  # id(prog) -> lines
         self.by_base: dict[str, list[Any]] = {}  # base name, or [module] -> BuildIds
         for b in an.header.build_ids:
             base = os.path.basename(b.filename) or b.filename
@@ -134,24 +133,21 @@ class _Builder:
 
     # ---- functions and locations -------------------------------------------
 
-    def _lines(self, s: Sym) -> tuple[list[int], list[Any]] | None:
-        """A BPF program's line table (native addresses, entries) or None without one."""
+    @staticmethod
+    def _lines(s: Sym) -> ProgLines | None:
+        """A BPF program's line table by native address, or None without one."""
         f = s.bpf
-        prog = f.prog if f is not None else None
-        if prog is None or not prog.lines:
+        if f is None or f.prog is None or not f.prog.lines:
             return None
-        got = self.bpf_lines.get(id(prog))
-        if got is None:
-            got = self.bpf_lines[id(prog)] = ([x.jited_addr or 0 for x in prog.lines], prog.lines)
-        return got
+        return f.lines_by_addr()
 
     @staticmethod
-    def _entry(table: tuple[list[int], list[Any]], ip: int, lo: int) -> Any:
+    def _entry(table: ProgLines, ip: int, lo: int) -> Any:
         """The line entry covering ip, or None when the last one before ip is below lo."""
-        i = bisect.bisect_right(table[0], ip) - 1
-        if i < 0 or table[0][i] < lo:
+        e = table.at(ip)
+        if e is None or (e.jited_addr or 0) < lo:
             return None
-        return table[1][i]
+        return e
 
     def function(self, s: Sym) -> int:
         filename = ""

@@ -15,17 +15,23 @@ from bpfsym.symbolize.symbols import FROM_PERF, SourceLine, Sym, source_text
 class ProgLines:
     """A program's source lines by native address (its jited_line_info), for srcline cells."""
 
-    __slots__ = ("lines", "_addrs")
+    __slots__ = ("lines", "addrs")
 
     def __init__(self, lines: list[LineEntry]) -> None:
+        # sorted: line info is in instruction order, and a sub-program's image can sit
+        # below the main function's (bpf_prog_pack allocates each apart)
         self.lines = sorted((x for x in lines if x.jited_addr), key=lambda x: x.jited_addr or 0)
-        self._addrs = [x.jited_addr or 0 for x in self.lines]
+        self.addrs = [x.jited_addr or 0 for x in self.lines]
+
+    def at(self, ip: int) -> LineEntry | None:
+        """The line whose native code holds ip (None below the first)."""
+        i = bisect.bisect_right(self.addrs, ip) - 1
+        return self.lines[i] if i >= 0 else None
 
     def srcline(self, ip: int) -> str:
-        i = bisect.bisect_right(self._addrs, ip) - 1
-        if i < 0:
+        e = self.at(ip)
+        if e is None:
             return "??:0"
-        e = self.lines[i]
         return SourceLine(f"{os.path.basename(e.file) or '??'}:{e.line}", source_text(e.text))
 
 
@@ -52,9 +58,13 @@ class BpfFunc:
         """file:line of ip with the line's text from BTF ("??:0" without line info)."""
         if self.prog is None:
             return "??:0"
+        return self.lines_by_addr().srcline(ip)
+
+    def lines_by_addr(self) -> ProgLines:
+        """The program's source lines by native address (made once)."""
         if self._lines is None:
-            self._lines = ProgLines(self.prog.lines)
-        return self._lines.srcline(ip)
+            self._lines = ProgLines(self.prog.lines if self.prog is not None else [])
+        return self._lines
 
     def __getstate__(self) -> dict[str, Any]:
         # a report's second reading process sends its symbols back pickled: the program
