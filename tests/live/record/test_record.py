@@ -255,13 +255,13 @@ def test_kallsyms_snapshot_is_the_kernel_part_plus_trampolines(tmp_path):
 
 
 def _env():
-    from livekit import ENV
+    from kit.livekit import ENV
 
     return ENV
 
 
 def _record_argv(out):
-    from livekit import BPFSYM
+    from kit.livekit import BPFSYM
 
     return [*BPFSYM, "record", "--no-perf", "-o", str(out)]
 

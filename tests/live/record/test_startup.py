@@ -368,7 +368,7 @@ def test_signal_with_perf_in_namespace_closes_cleanly_with_perfs_status(tmp_path
 def _signalled(argv: list[str], sig: int, forward: bool) -> tuple[int, str]:
     """Run argv until perf's child is the command's sh, send sig (to perf and the
     command as well when forward), and return (exit status, stderr)."""
-    from livekit import children, comm
+    from kit.livekit import children, comm
 
     proc = subprocess.Popen(argv, env=ENV, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

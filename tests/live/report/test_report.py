@@ -267,7 +267,7 @@ def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
     that line of bpf/demo.bpf.c, from the side file and from perf.data alike."""
     import json
 
-    from livekit import BPF, bpfsym_run, record_demo
+    from kit.livekit import BPF, bpfsym_run, record_demo
 
     out = os.path.join(str(tmp_path), "demo.data")
     record_demo(out, "-e", "cpu-clock", "-F", "4999", "-a")  # type: ignore[arg-type]
