@@ -18,7 +18,8 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.read.bulk import BulkData, NotBulk
-from bpfsym.read.perfdata import PerfData, field_offsets
+from bpfsym.read.perfdata import PerfData
+from bpfsym.read.samples import field_offsets
 from bpfsym.report.sideband import LOSSES, SIDEBAND, Sideband
 
 # the fields every sample must have for the bulk pass (the others have defaults)
