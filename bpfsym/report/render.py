@@ -393,7 +393,7 @@ def render_json(an: Analysis, side: str | None) -> str:
         rows = table(an, st)
         if children is not None:  # entries only callers have (no self samples) too, as -g
             shown = {c for c, _, _ in rows}
-            extra = sorted((c for c in children if c not in shown), key=lambda c: -children[c])
+            extra = sorted((c for c in children if c not in shown), key=lambda c: (-children[c], c))
             rows = [*rows, *((c, 0, 0) for c in extra)]
         for cells, period, n in rows:
             row: dict[str, Any] = dict(zip(an.keys, cells, strict=False))
