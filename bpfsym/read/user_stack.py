@@ -123,8 +123,8 @@ class UserSampleLayout:
                                 )
                             dyn = u64(buf, at + reserved)[0]
                             stack = bytes(buf[at : at + min(dyn, reserved)])
-                        regs = dict(zip(self.regnums, vals[1:-1], strict=True))
-                        return UserStack(abi, regs, stack, reserved)
+                        words = dict(zip(self.regnums, vals[1:-1], strict=True))
+                        return UserStack(abi, words, stack, reserved)
             except struct.error:
                 pass  # the general path says what is wrong
         short = "sample of %d bytes ends inside its fields"
