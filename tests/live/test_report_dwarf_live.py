@@ -154,7 +154,7 @@ def test_bpf_program_under_the_unwound_system_call(tmp_path):
     want = perf_stacks(data)
     got = bpfsym_stacks(data)
     assert got == want
-    n = 0
+    n = entered = 0
     for frames, count in folded(data):
         bpf = [i for i, f in enumerate(frames) if f.startswith("bpf_prog_")]
         if not bpf:
@@ -164,7 +164,9 @@ def test_bpf_program_under_the_unwound_system_call(tmp_path):
         user = [f for f in frames[: bpf[0]] if f in OURS]
         assert user == [*DEEP, "stage_three", "syscall_leaf"], frames
         # the user part ends in the C library's wrapper; the kernel's entry follows it
+        # (but for the kernel's own unwinder stopping in the JIT code now and then, as
+        # perf's chains show: they are equal above)
         k = frames.index("syscall_leaf") + 1
         assert "getppid" in frames[k]
-        assert "entry_SYSCALL_64_after_hwframe" in frames[k + 1 : bpf[0]], frames
-    assert n > 100
+        entered += count * ("entry_SYSCALL_64_after_hwframe" in frames[k + 1 : bpf[0]])
+    assert n > 100 and entered > 0.9 * n
