@@ -157,7 +157,12 @@ class UserStacks:
 
 def _label(reason: str, detail: str) -> str:
     """How the header names a stop: the reason, and the binary it is about."""
-    if reason in _ABOUT_A_FILE and detail.startswith(("/", "[")):
+    if reason not in _ABOUT_A_FILE:
+        return reason
+    if detail.startswith(("/", "[")):  # "PATH: why", "PATH has ...", "NAME (build id ...)"
         path = detail.split(" ", 1)[0].rstrip(":")
-        return f"{reason} ({os.path.basename(path) or path})"
-    return reason
+    elif detail.startswith("0x") and " in " in detail:  # "ADDRESS in NAME"
+        path = detail.split(" in ", 1)[1]
+    else:
+        return reason
+    return f"{reason} ({os.path.basename(path) or path})"
