@@ -1,22 +1,25 @@
-"""How fast bpfsym.unwind unwinds a `--call-graph dwarf` recording against perf report.
+"""How fast `bpfsym report -g` reads a `--call-graph dwarf` recording against perf report.
 
 Records (or takes with -i) >= 50k samples of dwarfdemo (tests/fixtures/dwarf: -O2
 -fomit-frame-pointer, a call depth of 6, through the C library's start-up code), one
-copy per CPU, with `perf record --call-graph dwarf,SIZE`, then prints the time bpfsym
-takes to read every sample and unwind its user stack (bpfsym.unwind.unwind_samples,
-from byte code, no symbolization or rendering) against `perf report --stdio` on the same
-file (which unwinds with libunwind, names and renders), as a ratio.
+copy per CPU, with `perf record --call-graph dwarf,SIZE`, then times
+`bpfsym report -g --stdio` (every user stack unwound with the mapped binaries' CFI, named,
+the children totals and call graphs rendered) against `perf report --stdio` on the same
+file (perf's default for a file with call chains: children and graphs, unwound with
+libunwind). The runs alternate, bpfsym then perf, --repeat times; the minimum and the
+median of each are printed with their ratios.
 
     python3 bench/unwind_speed.py                 # record ~60k samples, then compare
     python3 bench/unwind_speed.py -i dwarf.data   # compare on an existing recording
     python3 bench/unwind_speed.py --stack 8192    # perf's default stack copy size
+    python3 bench/unwind_speed.py --unwind-only   # also: bpfsym's unwinding alone
 
 The default stack copy is 2048 bytes (dwarfdemo's whole stack is about 1 KB above the
 leaf); 8192, perf's default, makes the file four times bigger for the same unwinding.
 
-perf report is given the kernel part of /proc/kallsyms as a file (--kallsyms): reading
+Both are given the kernel part of /proc/kallsyms as a file (--kallsyms): reading
 /proc/kallsyms itself costs time quadratic in the number of BPF programs loaded on the
-machine (DESIGN.md, "Facts about the kernel interface"), which would make perf's figure
+machine (docs/design.md, "Facts about the kernel interface"), which would make the figures
 depend on what others run.
 """
 
@@ -24,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import print_ratio, timed  # noqa: E402
@@ -83,6 +88,19 @@ def consume(path: str) -> None:
     print(f"{n} samples, {frames} user frames, {stopped} stopped early")
 
 
+def interleaved(cmds: list[list[str]], repeat: int, cwd: str) -> list[list[float]]:
+    """Wall times of each command, run in turn (a, b, a, b, ...) repeat times."""
+    times: list[list[float]] = [[] for _ in cmds]
+    for _ in range(repeat):
+        for cmd, got in zip(cmds, times, strict=True):
+            t0 = time.perf_counter()
+            subprocess.run(
+                cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            got.append(time.perf_counter() - t0)
+    return times
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-i", "--input", help="existing --call-graph dwarf perf.data")
@@ -90,7 +108,8 @@ def main() -> int:
     p.add_argument("-F", "--freq", type=int, default=20000, help="sampling rate, Hz")
     p.add_argument("--rounds", type=int, default=6000, help="dwarfdemo rounds per copy")
     p.add_argument("--stack", type=int, default=2048, help="bytes of stack per sample")
-    p.add_argument("-r", "--repeat", type=int, default=3, help="runs per command, best kept")
+    p.add_argument("-r", "--repeat", type=int, default=3, help="interleaved runs per command")
+    p.add_argument("--unwind-only", action="store_true", help="also time bpfsym's unwinding alone")
     p.add_argument("--consume", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.consume:
@@ -106,15 +125,36 @@ def main() -> int:
         print("warning: fewer than 50k samples; raise --rounds or --freq", file=sys.stderr)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
-    ours = [sys.executable, os.path.abspath(__file__), "--consume", path]
-    subprocess.run(ours, check=True, cwd=ROOT)  # writes the byte code; says what it unwound
+    kallsyms = kernel_kallsyms()
+    ours = [sys.executable, "-P", "-m", "bpfsym", "report", "-i", path, "--no-side", "-g",
+            "--stdio", "--kallsyms", kallsyms]  # fmt: skip
+    theirs = ["perf", "report", "-i", path, "--stdio", "--kallsyms", kallsyms]
+    head = subprocess.run(ours, check=True, capture_output=True, text=True).stdout  # byte code
+    lines = head.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("# user stacks"):  # the header's word on the unwinding
+            print(line)
+            for more in lines[i + 1 :]:
+                if not more.startswith("#   "):
+                    break
+                print(more)
+    t_ours, t_perf = interleaved([ours, theirs], args.repeat, ROOT)
+    print(f"bpfsym report -g --stdio: {' '.join(f'{t:.2f}' for t in t_ours)} s")
+    print(f"perf report --stdio:      {' '.join(f'{t:.2f}' for t in t_perf)} s")
+    print_ratio("min, report -g vs perf report --stdio", min(t_ours), min(t_perf))
     ratio = print_ratio(
-        "unwind every sample vs perf report --stdio",
-        timed(ours, args.repeat, ROOT),
-        timed(
-            ["perf", "report", "-i", path, "--stdio", "--kallsyms", kernel_kallsyms()], args.repeat
-        ),  # fmt: skip
+        "median, report -g vs perf report --stdio",
+        statistics.median(t_ours),
+        statistics.median(t_perf),
     )
+    if args.unwind_only:
+        alone = [sys.executable, os.path.abspath(__file__), "--consume", path]
+        subprocess.run(alone, check=True, cwd=ROOT)  # says what it unwound
+        print_ratio(
+            "unwinding alone vs perf report --stdio",
+            timed(alone, args.repeat, ROOT),
+            min(t_perf),
+        )
     return 0 if ratio <= 1.0 else 1
 
 

@@ -69,6 +69,17 @@ class UserSampleLayout:
         )
         self.read_per_value = 1 + (rf & F.FORMAT_ID != 0) + (rf & F.FORMAT_LOST != 0)
         self.wanted = bool(sample_type & K.SAMPLE_REGS_USER and sample_type & K.SAMPLE_STACK_USER)
+        # the usual layout (no RAW, BRANCH_STACK or READ group before them): abi, the
+        # registers and the stack's size in one unpack, after a callchain of any length
+        self.simple = not (
+            sample_type & (K.SAMPLE_RAW | K.SAMPLE_BRANCH_STACK)
+            or sample_type & K.SAMPLE_READ
+            and read_format & F.FORMAT_GROUP
+        )
+        self.read_fixed = (
+            8 * (self.read_times + self.read_per_value) if sample_type & K.SAMPLE_READ else 0
+        )
+        self.head = struct.Struct(f"{e}{len(self.regnums) + 2}Q")  # abi, regs, stack size
 
     @classmethod
     def of(cls, ev: Any, little: bool) -> UserSampleLayout:
@@ -92,6 +103,30 @@ class UserSampleLayout:
         end = start + size
         pos = start + 8 + self.prefix
         u64 = self.u64.unpack_from
+        if self.simple:  # the fast path of the common layout; the general one below
+            at = pos + self.read_fixed
+            head = self.head
+            try:
+                if st & K.SAMPLE_CALLCHAIN:
+                    at += 8 + 8 * u64(buf, at)[0]
+                if at + head.size + 8 <= end:
+                    vals = head.unpack_from(buf, at)
+                    abi = vals[0]
+                    if abi != REGS_ABI_NONE:  # (else no registers: the layout differs)
+                        reserved = vals[-1]
+                        at += head.size
+                        stack = b""
+                        if reserved:
+                            if at + reserved + 8 > end:
+                                raise UserStackError(
+                                    f"user stack of {reserved} bytes runs past the sample"
+                                )
+                            dyn = u64(buf, at + reserved)[0]
+                            stack = bytes(buf[at : at + min(dyn, reserved)])
+                        words = dict(zip(self.regnums, vals[1:-1], strict=True))
+                        return UserStack(abi, words, stack, reserved)
+            except struct.error:
+                pass  # the general path says what is wrong
         short = "sample of %d bytes ends inside its fields"
         try:
             if st & K.SAMPLE_READ:

@@ -26,6 +26,10 @@ class Aggregates:
     total: int = 0  # samples delivered
     lost: int = 0  # samples the kernel or perf lost (LOST, LOST_SAMPLES records)
     records: int = 0  # records in the data section
+    # --call-graph dwarf: samples with a user stack to unwind, and why those that did not
+    # unwind to their outermost frame stopped (report.dwarf)
+    unwind_samples: int = 0
+    unwind_stops: dict[str, int] = field(default_factory=dict)
 
     def event(self, attr: EventAttr) -> EventStats:
         """The stats of attr's event, made on its first sample."""

@@ -53,6 +53,8 @@ class Analysis:
     runtime: dict[str, ProgRuntime] = field(default_factory=dict)  # by program (kallsyms) name
     stats_every: float | None = None  # seconds between record --stats samples
     accelerated: bool = False  # numpy did the per-sample work
+    unwind_samples: int = 0  # --call-graph dwarf samples whose user stack was unwound
+    unwind_stops: dict[str, int] = field(default_factory=dict)  # why some stopped early
 
 
 @dataclass
@@ -199,10 +201,13 @@ def _read(query: ReportQuery, cap: Any) -> Analysis:
 def _bulk_analysis(pd: PerfData, query: ReportQuery, cap: Any, np: Any) -> Analysis | None:
     """The analysis by the bulk pass, or None (pd rewound) for the record-by-record one."""
     from bpfsym.report.bulk import BulkPass
+    from bpfsym.report.dwarf import has_user_stacks
     from bpfsym.report.window import bulk_refusal
 
     if bulk_refusal(pd) is not None:  # the header says so
         return None
+    if query.callchains and has_user_stacks(pd):
+        return None  # user stacks are unwound in the record-by-record pass (report.dwarf)
     data = pd.bulk(np)  # None: not a regular file's whole words
     if data is None:
         return None
@@ -278,4 +283,6 @@ def _analysis(pd: PerfData, sym: Symbolizer, agg: Aggregates, query: ReportQuery
         bpf_only=query.bpf_only,
         callchains=query.callchains,
         total_samples=agg.total,
+        unwind_samples=agg.unwind_samples,
+        unwind_stops=dict(sorted(agg.unwind_stops.items(), key=lambda x: (-x[1], x[0]))),
     )

@@ -14,6 +14,7 @@ from bpfsym.formats import struct_of
 from bpfsym.read import intel_pt
 from bpfsym.read.perfdata import EventAttr, PerfData
 from bpfsym.report.aggregates import Aggregates, EventStats
+from bpfsym.report.dwarf import Pending, UserStacks
 from bpfsym.report.progress import Progress
 from bpfsym.report.query import ReportQuery
 from bpfsym.report.sideband import LOSSES, SIDEBAND, Sideband
@@ -58,6 +59,8 @@ class OrderedPass:
         self.chain_kgen = -1
         self.trace: TraceSamples | None = None  # the samples perf synthesizes from AUX data
         self.trace_log: list[intel_pt.SynthSample] | None = None  # set: they are kept here
+        # --call-graph dwarf samples, with a call graph asked: user stacks unwound
+        self.user_stacks = UserStacks(pd, self.sideband.sym, query.symfs)
 
     def run(self) -> None:
         pd = self.pd
@@ -69,6 +72,8 @@ class OrderedPass:
         max_t = 0
         next_flush = 0
         need_chain = self.query.callchains
+        user_layout = self.user_stacks.layout
+        read_stack = self.user_stacks.read
         attr_of_sample = pd.attr_of_sample
         progress = Progress(pd)
         idx: dict[int, tuple[int, int, int, int, int, int]] = {}
@@ -106,7 +111,13 @@ class OrderedPass:
                     raise FormatError(pd.path, off, "sample shorter than its sample_type")
                 v = unpack(buf, start + 8)
                 t = v[t_i] if t_i >= 0 else 0
-                if need_chain and ev.sample_type & K.SAMPLE_CALLCHAIN:
+                lay = user_layout(ev) if need_chain else None
+                if lay is not None:  # the user stack copied out now, unwound at delivery
+                    chain = None
+                    if ev.sample_type & K.SAMPLE_CALLCHAIN:
+                        chain = pd.callchain(ev, buf, start, size)
+                    push((t, seq, 9, ev, misc, v, read_stack(lay, chain, buf, start, size)))
+                elif need_chain and ev.sample_type & K.SAMPLE_CALLCHAIN:
                     push((t, seq, 9, ev, misc, v, pd.callchain(ev, buf, start, size)))
                 else:
                     push((t, seq, 9, ev, misc, v, None))
@@ -138,6 +149,8 @@ class OrderedPass:
         if self.trace is not None:
             self.trace.finish()
         agg.records = seq
+        agg.unwind_samples = self.user_stacks.counts.samples
+        agg.unwind_stops = self.user_stacks.counts.stopped
         if not sideband.ready:
             sideband.prepare()
         progress.done()
@@ -168,6 +181,7 @@ class OrderedPass:
         bpf_only = self.query.bpf_only
         agg = self.agg
         chain_cache = self.chain_cache
+        unwound = self.user_stacks.chain
         cur_ev = None
         st = EventStats(None)  # type: ignore[arg-type]
         rows = st.rows
@@ -234,6 +248,8 @@ class OrderedPass:
                 r[0] += period
                 r[1] += 1
             if chain is not None:
+                if chain.__class__ is Pending:
+                    chain = unwound(pid, chain)
                 tt = t if t_i >= 0 else None
                 if sym.kgen != self.chain_kgen:
                     chain_cache.clear()

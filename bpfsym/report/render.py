@@ -212,6 +212,7 @@ def header_lines(an: Analysis, side: str | None) -> list[str]:
         out.append(f"# unresolved: {nun} of {total} samples ({100.0 * nun / total:.2f}%)")
         for why, count in sorted(an.unresolved.items(), key=lambda x: -x[1]):
             out.append(f"#   {count:>9}  {why}")
+    out.extend(unwind_lines(an))
     if an.stats_every is not None:
         out.append(f"# BPF runtime stats (record --stats) sampled every {an.stats_every:g} s:")
         out.append(
@@ -224,6 +225,21 @@ def header_lines(an: Analysis, side: str | None) -> list[str]:
     out.append("#")
     out.append(f"# Total Lost Samples: {an.lost}")
     out.append("#")
+    return out
+
+
+def unwind_lines(an: Analysis) -> list[str]:
+    """--call-graph dwarf: how many user stacks did not unwind to their outermost frame,
+    and why (their samples keep the frames found, at least the leaf)."""
+    if not an.unwind_samples:
+        return []
+    n = sum(an.unwind_stops.values())
+    out = [
+        f"# user stacks not unwound to their outermost frame: {n} of {an.unwind_samples}"
+        f" samples ({100.0 * n / an.unwind_samples:.2f}%, --call-graph dwarf)"
+    ]
+    for why, count in an.unwind_stops.items():
+        out.append(f"#   {count:>9}  {why}")
     return out
 
 
@@ -355,6 +371,7 @@ def render_json(an: Analysis, side: str | None) -> str:
         "lost": an.lost,
         "named_by": an.origins,
         "unresolved": an.unresolved,
+        "user_stacks": {"samples": an.unwind_samples, "stopped": an.unwind_stops},
         "warnings": h.warnings,
         "events": [],
     }
@@ -373,7 +390,12 @@ def render_json(an: Analysis, side: str | None) -> str:
             "rows": [],
         }
         children = _children(an, st) if an.callchains and st.stacks else None
-        for cells, period, n in table(an, st):
+        rows = table(an, st)
+        if children is not None:  # entries only callers have (no self samples) too, as -g
+            shown = {c for c, _, _ in rows}
+            extra = sorted((c for c in children if c not in shown), key=lambda c: (-children[c], c))
+            rows = [*rows, *((c, 0, 0) for c in extra)]
+        for cells, period, n in rows:
             row: dict[str, Any] = dict(zip(an.keys, cells, strict=False))
             if "srcline" in row:
                 c = row["srcline"]

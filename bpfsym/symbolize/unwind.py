@@ -143,8 +143,9 @@ class Unwinder:
     root is prepended to mapped file names (perf's --symfs); buildid_dir is perf's
     build-id cache ($PERF_BUILDID_DIR, else ~/.debug), where perf record keeps a copy of
     every binary with samples; binaries whose file is gone, replaced (another build id)
-    or never a file ([vdso]) are looked up there, then in debug_dirs (separate debug
-    files, which may hold .debug_frame).
+    or never a file ([vdso]) are looked up there (unless cache is False: a report with
+    --symfs reads nothing of the host), then in debug_dirs (separate debug files, which
+    may hold .debug_frame).
     """
 
     def __init__(
@@ -154,6 +155,7 @@ class Unwinder:
         buildid_dir: str | None = None,
         debug_dirs: Sequence[str] = (DEBUG_ROOT,),
         little: bool = True,
+        cache: bool = True,
     ) -> None:
         if max_frames < 1:
             raise UnwindError(f"frame limit {max_frames} < 1")
@@ -162,6 +164,7 @@ class Unwinder:
         self.buildid_dir = buildid_dir
         self.debug_dirs = tuple(debug_dirs)
         self.little = little
+        self.cache = cache
         self.binaries: dict[tuple[str, str], Binary | tuple[str, str]] = {}
         # per maps object: the rule of each address, and the memo of unwindings
         self._by_maps: weakref.WeakKeyDictionary[Any, _MapsState]
@@ -183,7 +186,9 @@ class Unwinder:
                 return first
         cands = []
         if build_id:
-            cached = build_id_cache_file(build_id, self.buildid_dir, ("elf", "vdso", "debug"))
+            cached = None
+            if self.cache:
+                cached = build_id_cache_file(build_id, self.buildid_dir, ("elf", "vdso", "debug"))
             if cached is not None:
                 cands.append(cached)
             for d in self.debug_dirs:

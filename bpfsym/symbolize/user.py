@@ -107,6 +107,7 @@ class UserResolver:
         if pid != ppid and ppid in self.maps and pid not in self.maps:
             self.maps[pid] = list(self.maps[ppid])
             self.map_starts[pid] = list(self.map_starts[ppid])
+            self._drop_ucache(pid)  # a new generation of its maps (report.dwarf keys by it)
 
     def mmap(self, pid: int, start: int, length: int, pgoff: int, filename: str, bid: str) -> None:
         if pid == 0xFFFFFFFF or pid == -1:
