@@ -371,10 +371,11 @@ def render_json(an: Analysis, side: str | None) -> str:
         "lost": an.lost,
         "named_by": an.origins,
         "unresolved": an.unresolved,
-        "user_stacks": {"samples": an.unwind_samples, "stopped": an.unwind_stops},
         "warnings": h.warnings,
         "events": [],
     }
+    if an.unwind_samples:  # --call-graph dwarf samples were unwound
+        doc["user_stacks"] = {"samples": an.unwind_samples, "stopped": an.unwind_stops}
     if an.stats_every is not None:
         doc["stats_every_s"] = an.stats_every
         doc["runtime"] = {
