@@ -227,12 +227,13 @@ def header_lines(an: Analysis, side: str | None) -> list[str]:
     return out
 
 
-def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
+def render_stdio(an: Analysis, side: str | None, limit: float, slices: str | None = None) -> str:
     out = header_lines(an, side)
+    after = f" (time slices: {slices})" if slices is not None else ""  # --time, as perf
     for st in an.events.values():
         if not st.samples:
             continue
-        out.append(f"# Samples: {_si(st.samples)} of event '{st.attr.name}'")
+        out.append(f"# Samples: {_si(st.samples)} of event '{st.attr.name}'{after}")
         out.append(f"# Event count (approx.): {st.period}")
         out.append("#")
         rows = table(an, st)
@@ -420,4 +421,4 @@ def render(an: Analysis, query: ReportQuery) -> str:
         return render_json(an, query.side)
     if query.output == "folded":
         return render_folded(an)
-    return render_stdio(an, query.side, query.percent_limit)
+    return render_stdio(an, query.side, query.percent_limit, query.filters.time)
