@@ -268,7 +268,7 @@ def latest_comms(agg: Aggregates, layout: KeyLayout, comms: dict[int, str]) -> N
 def _analysis(pd: PerfData, sym: Symbolizer, agg: Aggregates, query: ReportQuery) -> Analysis:
     sym.demangle()  # before anything renders a name
     layout = query.layout
-    if layout.tid:
+    if layout.tid and "comm" not in query.keys:  # with a comm column: each sample's comm
         latest_comms(agg, layout, sym.comms)
     origins: dict[str, int] = {}
     unresolved: dict[str, int] = {}
