@@ -420,6 +420,24 @@ def test_the_selection_exercises_the_options() -> None:
     assert bulk
 
 
+CHAINED = os.path.join(P.CORPUS, "quipper__perf.data.callgraph-3.8")
+
+
+@pytest.mark.parametrize("option", ["comms", "pid", "cpu", "time", "limit"])
+def test_children_with_an_option_agree_with_perf(option: str) -> None:
+    # the call-graph totals (perf --children, bpfsym -g) with the filters, both passes
+    got = option_args(CHAINED, option)
+    assert got is not None
+    args = got[0]
+    keys = {"comms": "comm,dso,sym", "pid": "pid,dso,sym"}.get(option, "dso,sym")
+    perf = P._run("perf", P.perf_argv(CHAINED, keys, children=True) + args, P.perf_env())
+    assert perf.readable
+    for bulk in (False, True):
+        r = bpfsym_reading(CHAINED, keys, [*args, "-g"], bulk)
+        v = P.compare(perf, r)
+        assert v.ok, f"{r.tool} {' '.join(args)}\n" + v.explain()
+
+
 BAD_VALUES = [
     ("--cpu", "x"),
     ("--cpu", "3-1"),
