@@ -91,6 +91,17 @@ class Accumulator:
         is_bpf = np.array([s.bpf is not None for s in self.ids.syms], dtype=bool)
         return np.flatnonzero(is_bpf[sym_of])
 
+    def _kept(self, sym_of: Any, hidden: Any) -> Any:
+        """The samples that make rows (None: all): in BPF code with --bpf-only, not
+        hidden by --comms/--pid/--tid (hidden: per sample, or None)."""
+        if hidden is None:
+            return self._bpf(sym_of) if self.bpf_only else None
+        show = ~hidden
+        if self.bpf_only:
+            is_bpf = self.np.array([s.bpf is not None for s in self.ids.syms], dtype=bool)
+            show &= is_bpf[sym_of]
+        return self.np.flatnonzero(show)
+
     def _head_columns(self, samples: Samples, comm_of: Any) -> list[tuple[Any, int]]:
         """(column, its number of values) of the key parts before the symbol: event,
         comm, tid, cpu."""
@@ -104,9 +115,17 @@ class Accumulator:
             cols.append(dense(np, samples["cpu"] + 1))
         return cols
 
-    def rows(self, samples: Samples, sym_of: Any, addr_of: Any, naddr: int, comm_of: Any) -> None:
+    def rows(
+        self,
+        samples: Samples,
+        sym_of: Any,
+        addr_of: Any,
+        naddr: int,
+        comm_of: Any,
+        hidden: Any = None,
+    ) -> None:
         """Add the samples to the rows of their events (sym_of, addr_of, comm_of: each
-        sample's symbol id, address group, comm id or None)."""
+        sample's symbol id, address group, comm id or None; hidden: counted, no row)."""
         np = self.np
         layout = self.layout
         ev = samples["ev"]
@@ -119,7 +138,7 @@ class Accumulator:
             st.samples += n_ev[e]
             st.period += int(period[ev == e].sum()) if nev > 1 else int(period.sum())
         self.agg.total += len(ev)
-        keep = self._bpf(sym_of) if self.bpf_only else None
+        keep = self._kept(sym_of, hidden)
         cols = self._head_columns(samples, comm_of)
         cols.append((sym_of, len(self.ids.syms)))
         if layout.ip:
@@ -154,14 +173,18 @@ class Accumulator:
         for q, (k, p, c) in enumerate(zip(zip(*parts, strict=True), sums, counts, strict=True)):
             add_to(one if one is not None else events[ev_l[q]].rows, k, p, c)
 
-    def stacks(self, samples: Samples, sym_of: Any, chain_of: Any, comm_of: Any) -> None:
+    def stacks(
+        self, samples: Samples, sym_of: Any, chain_of: Any, comm_of: Any, hidden: Any = None
+    ) -> None:
         """Add the samples' call chains (chain_of: each sample's chain id) to the stacks
         of their events."""
         np = self.np
         layout = self.layout
         ev = samples["ev"]
         period = samples["period"]
-        at = self._bpf(sym_of) if self.bpf_only else np.arange(len(ev), dtype=np.int64)
+        at = self._kept(sym_of, hidden)
+        if at is None:
+            at = np.arange(len(ev), dtype=np.int64)
         if not len(at):
             return
         nchains = len(self.ids.chains)

@@ -20,7 +20,7 @@ from bpfsym.errors import FormatError
 from bpfsym.live.host import HostKallsyms
 from bpfsym.read.bulk import NotBulk
 from bpfsym.read.perfdata import PerfData
-from bpfsym.report.aggregates import Aggregates, EventStats
+from bpfsym.report.aggregates import Aggregates, EventStats, add_to
 from bpfsym.report.query import DEFAULT_KEYS, KeyLayout, ReportQuery
 from bpfsym.symbolize.symbolizer import Symbolizer
 from bpfsym.symbolize.symbols import UNRESOLVED
@@ -250,9 +250,31 @@ def _numpy() -> Any:
     return numpy
 
 
+def latest_comms(agg: Aggregates, layout: KeyLayout, comms: dict[int, str]) -> None:
+    """--sort pid: every thread's rows and stacks under its comm at the end of the file.
+    perf keys those rows by thread and prints the thread's comm when it prints them
+    (sort.c hist_entry__thread_snprintf: thread__comm_str), "lsattr" for samples taken
+    while it was still "perf-exec"; --sort comm keeps each sample's own."""
+    i = 1 if layout.cpu else 0  # the comm's place in a key (and a stack's head)
+    for st in agg.events.values():
+        rows: dict[tuple, list[int]] = {}
+        for key, (p, n) in st.rows.items():
+            c = comms.get(key[i + 1])
+            add_to(rows, key if c is None else (*key[:i], c, *key[i + 1 :]), p, n)
+        st.rows = rows
+        stacks: dict[tuple, list[int]] = {}
+        for (head, chain), (p, n) in st.stacks.items():
+            c = comms.get(head[i + 1])
+            head = head if c is None else (*head[:i], c, *head[i + 1 :])
+            add_to(stacks, (head, chain), p, n)
+        st.stacks = stacks
+
+
 def _analysis(pd: PerfData, sym: Symbolizer, agg: Aggregates, query: ReportQuery) -> Analysis:
     sym.demangle()  # before anything renders a name
     layout = query.layout
+    if layout.tid and "comm" not in query.keys:  # with a comm column: each sample's comm
+        latest_comms(agg, layout, sym.comms)
     origins: dict[str, int] = {}
     unresolved: dict[str, int] = {}
     for st in agg.events.values():

@@ -17,6 +17,7 @@ from bpfsym.read.bulk import BulkData, NotBulk
 from bpfsym.read.perfdata import PerfData
 from bpfsym.report.accumulate import Accumulator, Interned
 from bpfsym.report.aggregates import Aggregates
+from bpfsym.report.filters import SampleFilter
 from bpfsym.report.progress import Progress
 from bpfsym.report.query import ReportQuery
 from bpfsym.report.resolve import BulkDelivery
@@ -48,6 +49,8 @@ class BulkPass:
             np, data, self.sideband, ids, Accumulator(np, pd, query, self.agg, ids),
             query.callchains, query.layout.thread,
         )  # fmt: skip
+        self.filter = SampleFilter.of(query.filters, pd.header, pd.attrs)
+        self.delivery.filter = self.filter
         self.seq = 0  # records read
 
     def run(self) -> None:
@@ -94,6 +97,8 @@ class BulkPass:
         if mine:  # losses go with the share that has the samples
             self.agg.lost += w.lost
         samples, sideband = self.rounds.take(w, last)
+        if samples is not None and self.filter is not None and self.filter.drops_any:
+            samples = self.filter.keep(self.np, samples)  # --cpu, --time: before any total
         has_samples = samples is not None and len(samples["t"]) > 0
         if has_samples or sideband:
             if has_samples and not self.sideband.ready:

@@ -15,6 +15,7 @@ from bpfsym.read import intel_pt
 from bpfsym.read.perfdata import EventAttr, PerfData
 from bpfsym.report.aggregates import Aggregates, EventStats
 from bpfsym.report.dwarf import Pending, UserStacks
+from bpfsym.report.filters import SampleFilter
 from bpfsym.report.progress import Progress
 from bpfsym.report.query import ReportQuery
 from bpfsym.report.sideband import LOSSES, SIDEBAND, Sideband
@@ -61,6 +62,8 @@ class OrderedPass:
         self.trace_log: list[intel_pt.SynthSample] | None = None  # set: they are kept here
         # --call-graph dwarf samples, with a call graph asked: user stacks unwound
         self.user_stacks = UserStacks(pd, self.sideband.sym, query.symfs)
+        self.filter: SampleFilter | None = None  # made at the first delivery (pipe mode:
+        self.filter_made = False  # the header's records come before any sample)
 
     def run(self) -> None:
         pd = self.pd
@@ -189,6 +192,7 @@ class OrderedPass:
         fixed_period = 1
         nsamples = 0
         trace = self.trace
+        flt = self.sample_filter()
         for n in range(upto):
             t, _seq, rtype, ev, misc, v, chain = queue[n]
             if trace is not None:
@@ -208,6 +212,8 @@ class OrderedPass:
                 rows = st.rows
                 ip_i, pid_i, tid_i, t_i, cpu_i, per_i = _indexes(ev)
                 fixed_period = int(ev.attr.sample_period) or 1
+            if flt is not None and flt.drops_any and flt.drops(t, v[cpu_i] if cpu_i >= 0 else -1):
+                continue
             ip = v[ip_i] if ip_i >= 0 else 0
             pid = v[pid_i] if pid_i >= 0 else -1
             period = v[per_i] if per_i >= 0 else fixed_period
@@ -227,6 +233,8 @@ class OrderedPass:
             st.samples += 1
             st.period += period
             if bpf_only and s.bpf is None:
+                continue
+            if flt is not None and flt.hides_any and _hidden(flt, comms, v, pid, tid_i):
                 continue
             # the key as KeyLayout has it, built inline: this runs per sample
             if want_comm:
@@ -268,6 +276,20 @@ class OrderedPass:
                     r[0] += period
                     r[1] += 1
         agg.total += nsamples
+
+    def sample_filter(self) -> SampleFilter | None:
+        """The query's filters against this file (made once its header is read)."""
+        if not self.filter_made:
+            self.filter_made = True
+            pd = self.pd
+            self.filter = SampleFilter.of(self.query.filters, pd.header, pd.attrs)
+        return self.filter
+
+
+def _hidden(flt: SampleFilter, comms: dict, v: tuple, pid: int, tid_i: int) -> bool:
+    tid = v[tid_i] if tid_i >= 0 else -1
+    comm = comms.get(tid)
+    return flt.hides(f":{tid}" if comm is None else comm, pid, tid)
 
 
 class TraceSamples:
@@ -389,6 +411,9 @@ class TraceSamples:
         agg = ordered.agg
         ev = self.attrs[s.event]
         st = agg.event(ev)
+        flt = ordered.sample_filter()
+        if flt is not None and flt.drops_any and flt.drops(s.time, s.cpu):
+            return
         sy = sym.resolve(s.cpumode, s.pid, s.ip, s.time or None)
         if sy.origin == UNRESOLVED:
             sy = self.first.setdefault((s.event, sy.dso, sy.start), sy)
@@ -397,6 +422,10 @@ class TraceSamples:
         agg.total += 1
         if ordered.query.bpf_only and sy.bpf is None:
             return
+        if flt is not None and flt.hides_any:
+            comm = sym.comms.get(s.tid)
+            if flt.hides(f":{s.tid}" if comm is None else comm, s.pid, s.tid):
+                return
         if layout.thread:
             comm = sym.comms.get(s.tid)
             if comm is None:

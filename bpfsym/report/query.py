@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from bpfsym.live.host import HostKallsyms
+from bpfsym.report.filters import NO_FILTERS, Filters
 from bpfsym.symbolize.symbols import Sym
 
 DEFAULT_KEYS = ("comm", "dso", "sym")
@@ -71,6 +72,7 @@ class ReportQuery:
     parallel: bool | None = None  # with numpy, two reading processes (None: if worth it)
     host: HostKallsyms | None = None  # the host's /proc/kallsyms, being read beside
     symfs: str = ""  # --symfs: binaries looked up under this directory, not the host's
+    filters: Filters = NO_FILTERS  # --comms, --pid, --tid, --cpu, --time
 
     @property
     def layout(self) -> KeyLayout:

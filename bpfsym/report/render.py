@@ -243,12 +243,13 @@ def unwind_lines(an: Analysis) -> list[str]:
     return out
 
 
-def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
+def render_stdio(an: Analysis, side: str | None, limit: float, slices: str | None = None) -> str:
     out = header_lines(an, side)
+    after = f" (time slices: {slices})" if slices is not None else ""  # --time, as perf
     for st in an.events.values():
         if not st.samples:
             continue
-        out.append(f"# Samples: {_si(st.samples)} of event '{st.attr.name}'")
+        out.append(f"# Samples: {_si(st.samples)} of event '{st.attr.name}'{after}")
         out.append(f"# Event count (approx.): {st.period}")
         out.append("#")
         rows = table(an, st)
@@ -280,7 +281,10 @@ def render_stdio(an: Analysis, side: str | None, limit: float) -> str:
         )
         out.append(dots + "  " + "  ".join("." * w for w in widths))
         out.append("#")
-        graphs = _graphs(an, st, lines, total) if children is not None else {}
+        # perf's --percent-limit is also its callchain threshold (builtin-report.c
+        # parse_percent_limit sets callchain_param.min_percent)
+        graph_min = limit if limit > 0 else GRAPH_MIN_PERCENT
+        graphs = _graphs(an, st, lines, total, graph_min) if children is not None else {}
         if children is None and runtime is None:
             # the plain overhead table: one format string for every line
             fmt = "{:9.2f}%  " + "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{}"
@@ -319,10 +323,12 @@ def _runtime_cells(an: Analysis) -> Any:
     return cells
 
 
-def _graphs(an: Analysis, st: EventStats, lines: list, total: int) -> dict[tuple, list[str]]:
+def _graphs(
+    an: Analysis, st: EventStats, lines: list, total: int, graph_min: float = GRAPH_MIN_PERCENT
+) -> dict[tuple, list[str]]:
     """Callee trees under each entry with enough children overhead."""
     ids, cells, chains = _stack_cells(an, st)
-    want = {c for c, pc, _ in lines if 100.0 * pc / total >= GRAPH_MIN_PERCENT}
+    want = {c for c, pc, _ in lines if 100.0 * pc / total >= graph_min}
     want_ids = [c in want for c in cells]
     trees: dict[int, dict] = {}
     for (cl, period), syms in zip(ids, chains, strict=True):
@@ -344,18 +350,20 @@ def _graphs(an: Analysis, st: EventStats, lines: list, total: int) -> dict[tuple
     out = {}
     for c, tree in trees.items():
         lines_: list[str] = []
-        _render_tree(tree, total, "            ", lines_)
+        _render_tree(tree, total, "            ", lines_, graph_min)
         out[cells[c]] = lines_
     return out
 
 
-def _render_tree(node: dict, total: int, indent: str, out: list[str]) -> None:
+def _render_tree(
+    node: dict, total: int, indent: str, out: list[str], graph_min: float = GRAPH_MIN_PERCENT
+) -> None:
     items = sorted(node.items(), key=lambda x: (-x[1][0], x[0]))
-    items = [x for x in items if 100.0 * x[1][0] / total >= GRAPH_MIN_PERCENT]
+    items = [x for x in items if 100.0 * x[1][0] / total >= graph_min]
     for i, (name, (period, children)) in enumerate(items):
         last = i == len(items) - 1
         out.append(f"{indent}{'`' if last else '|'}--{100.0 * period / total:.2f}%-- {name}")
-        _render_tree(children, total, indent + ("    " if last else "|   "), out)
+        _render_tree(children, total, indent + ("    " if last else "|   "), out, graph_min)
 
 
 def render_json(an: Analysis, side: str | None) -> str:
@@ -443,4 +451,4 @@ def render(an: Analysis, query: ReportQuery) -> str:
         return render_json(an, query.side)
     if query.output == "folded":
         return render_folded(an)
-    return render_stdio(an, query.side, query.percent_limit)
+    return render_stdio(an, query.side, query.percent_limit, query.filters.time)

@@ -19,6 +19,7 @@ from bpfsym.formats import perfdata as F
 from bpfsym.read.arrays import unique
 from bpfsym.read.bulk import BulkData
 from bpfsym.report.accumulate import Accumulator, Interned
+from bpfsym.report.filters import SampleFilter
 from bpfsym.report.groups import (
     BIG,
     Groups,
@@ -39,6 +40,8 @@ MAP_RECORDS = (K.RECORD_MMAP, K.RECORD_MMAP2)
 
 class BulkDelivery:
     """Delivers batches of samples and side-band records, adding the samples up."""
+
+    filter: SampleFilter | None = None  # --comms, --pid, --tid: samples without rows
 
     def __init__(
         self,
@@ -77,7 +80,8 @@ class BulkDelivery:
             maps = _MapsSeen(self.sideband.sym, samples, users)
             probes.append(maps)
         comms = None
-        if self.thread:
+        flt = self.filter if self.filter is not None and self.filter.hides_any else None
+        if self.thread or (flt is not None and flt.comms is not None):
             comms = _Comms(np, self.ids, samples, comm_groups(np, samples, sideband, before))
             probes.append(comms)
         chains = None
@@ -88,9 +92,14 @@ class BulkDelivery:
         _walk(np, probes, sideband, apply)
         sym_of = addresses.sym_of(maps)
         comm_of = comms.comm_of() if comms is not None else None
-        self.acc.rows(samples, sym_of, addr.of, addr.count, comm_of)
+        hidden = None
+        if flt is not None:
+            hidden = flt.hidden(np, samples, comm_of, self.ids.comm_names)
+            if not self.thread:
+                comm_of = None  # not a part of the rows' keys
+        self.acc.rows(samples, sym_of, addr.of, addr.count, comm_of, hidden)
         if chains is not None:
-            self.acc.stacks(samples, sym_of, chains.chain_of(), comm_of)
+            self.acc.stacks(samples, sym_of, chains.chain_of(), comm_of, hidden)
 
 
 class _Probe:

@@ -127,12 +127,13 @@ def portable(bulk: BulkPass) -> tuple:
     rows and stacks, plus the totals; symbols travel as pickled Sym objects."""
     agg = bulk.agg
     events = [(e, st.samples, st.period, st.rows, st.stacks) for e, st in agg.events.items()]
-    return events, agg.total, agg.lost, bulk.seq, bulk.sideband.sym.side_used
+    sym = bulk.sideband.sym
+    return events, agg.total, agg.lost, bulk.seq, sym.side_used, sym.comms
 
 
 def merge(bulk: BulkPass, body: tuple) -> None:
     """Add the other part's sums, its symbols made these when they are alike."""
-    events, total, lost, seq, side_used = body
+    events, total, lost, seq, side_used, comms = body
     sym, agg, attrs = bulk.sideband.sym, bulk.agg, bulk.pd.attrs
     same: dict[tuple, Sym] = {}
     for ours in agg.events.values():
@@ -163,6 +164,7 @@ def merge(bulk: BulkPass, body: tuple) -> None:
     agg.lost += lost
     agg.records = max(bulk.seq, seq)  # the first process may stop before the end
     sym.side_used = sym.side_used or side_used
+    sym.comms.update(comms)  # the comms as of the end (the first process may stop early)
 
 
 def _sym_identity(s: Sym) -> tuple:
