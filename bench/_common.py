@@ -73,3 +73,18 @@ def print_interleaved(label: str, ours: list[tuple[float, float]],
             f" ({len(ours)} runs)"
         )
     return out
+
+
+def kernel_kallsyms(where: str) -> str:
+    """The /proc/kallsyms lines up to the first BPF one, in a file in directory where.
+
+    Given to perf report (--kallsyms): reading /proc/kallsyms itself costs time quadratic
+    in the BPF programs loaded (by anyone on the machine), which would make perf's figure
+    depend on what else runs; bpfsym's readers stop at the first BPF line."""
+    out = os.path.join(where, "kallsyms")
+    with open("/proc/kallsyms") as f, open(out, "w") as o:
+        for line in f:
+            if line.rstrip().endswith("[bpf]"):
+                break
+            o.write(line)
+    return out

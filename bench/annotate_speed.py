@@ -10,10 +10,15 @@ interleaved, -r times each:
   bpfsym annotate -i FILE --stdio                       (every program with samples,
                                                          hottest first: heat, disassembly,
                                                          source lines, render)
-  perf report -i FILE --stdio --no-children -g none     (perf itself cannot annotate BPF
+  perf report -i FILE --stdio --no-children -g none --kallsyms KERNEL_PART
+                                                        (perf itself cannot annotate BPF
                                                          here: no libopcode)
 and prints min and median of both, wall and CPU, and their ratios (< 1: bpfsym faster),
 then where annotate's own time goes (one run in this process: heat pass, view).
+
+perf reads the kernel part of /proc/kallsyms from a file (bench/_common.kernel_kallsyms:
+reading /proc/kallsyms costs time quadratic in the BPF programs loaded by anyone);
+annotate names kernel code from the side file's own snapshot.
 
 --bpfsym CHECKOUT runs another checkout's bpfsym (e.g. an older commit) from its
 sources, with this script.
@@ -32,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _common import interleaved, print_interleaved  # noqa: E402
+from _common import interleaved, kernel_kallsyms, print_interleaved  # noqa: E402
 
 
 def record(path: Path, seconds: float, freq: int, callgraph: bool = True) -> None:
@@ -89,7 +94,8 @@ def main() -> int:
             record(data, a.seconds, a.freq, not a.no_callgraph)
         where = str(a.bpfsym or REPO)
         ours = [sys.executable, "-m", "bpfsym", "annotate", "-i", str(data), "--stdio"]
-        perf = ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-g", "none"]
+        perf = ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-g", "none",
+                "--kallsyms", kernel_kallsyms(d)]  # fmt: skip
         interleaved({"ours": (ours, where)}, 1)  # writes the byte code
         got = interleaved({"ours": (ours, where), "perf": (perf, None)}, a.repeat)
         print(f"{data}: {os.path.getsize(data) >> 20} MB")

@@ -7,6 +7,8 @@ BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
 `perf report --stdio`), each run interleaved with perf's -r times: min and median of
 wall and CPU time (user + system, both of bpfsym's reading processes) and their ratios.
 bpfsym runs from byte code, as installed; --bpfsym CHECKOUT times another checkout's.
+Both read the kernel part of /proc/kallsyms from one file (--kallsyms): /proc/kallsyms
+itself costs time quadratic in the BPF programs anyone has loaded.
 
     python3 bench/report_speed.py                # record ~15 s, then compare
     python3 bench/report_speed.py -i big.data    # compare on an existing file
@@ -26,7 +28,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import interleaved, print_interleaved  # noqa: E402
+from _common import interleaved, kernel_kallsyms, print_interleaved  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BPF_OBJ = os.path.join(ROOT, "tests", "fixtures", "perfdata", "xdp_spin.bpf.o")
@@ -95,9 +97,10 @@ def main() -> int:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
     where = args.bpfsym or ROOT
-    ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, "--no-side", "--stdio"]
+    ks = ["--kallsyms", kernel_kallsyms(tempfile.mkdtemp(prefix="bpfsym-bench-report-"))]
+    ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, "--no-side", "--stdio", *ks]
     interleaved({"ours": (ours, where)}, 1)  # writes the byte code
-    perf = ["perf", "report", "-i", path, "--stdio"]
+    perf = ["perf", "report", "-i", path, "--stdio", *ks]
     got = interleaved(
         {"ours": (ours, where), "perf": ([*perf, "--no-children", "-g", "none"], None)},
         args.repeat,
