@@ -23,6 +23,7 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.model import Capture
+from bpfsym.read.arrays import unique
 from bpfsym.read.bulk import BulkData, NotBulk
 from bpfsym.read.perfdata import SPECIAL_RECORDS, PerfData, field_offsets
 from bpfsym.symbolize.symbols import FROM_SIDE
@@ -98,19 +99,23 @@ def _bulk_counts(pd: PerfData, data: BulkData, np: Any, timeline: BpfTimeline) -
     id_keys = np.array([i for i, _ in ids], dtype=np.uint64)
     id_events = np.array([e for _, e in ids], dtype=np.int64)
     id_pos = None if pd.single else pd.sample_id_pos
-    lo, hi = np.uint64(timeline.lo), np.uint64(timeline.hi)
+    # [lo, hi) of BPF code: none without functions; hi may be 2**64, past any u64
+    top = (1 << 64) - 1
+    none = timeline.lo >= timeline.hi
+    lo, hi = np.uint64(min(timeline.lo, top)), np.uint64(min(timeline.hi, top))
+    to_top = timeline.hi > top
     special = np.zeros(1 << 16, dtype=bool)
     checked = {F.RECORD_ID_INDEX: pd._id_index, F.RECORD_EVENT_UPDATE: pd._event_update}
     special[[t for t in SPECIAL_RECORDS if t not in checked]] = True
-    check_types = np.array(sorted(checked), dtype=np.uint32)
     u16, u32, u64 = data.u16, data.u32, data.u64
     buf: Any = data.buf  # the mapped file
     got_ips, got_times = [], []
     for starts in data.windows():
         types = u32[2 * starts]
-        if bool(special[types].any()):
+        if bool(special[np.minimum(types, 0xFFFF)].any()):  # (no special type is that big)
             raise NotBulk("records that change the events or carry payloads")
-        for i in starts[np.isin(types, check_types)].tolist():  # as records() does
+        check = (types == F.RECORD_ID_INDEX) | (types == F.RECORD_EVENT_UPDATE)
+        for i in starts[check].tolist():  # as records() does
             at = data.base + 8 * i
             checked[int(u32[2 * i])](buf, at, int(u16[4 * i + 3]), at)
         sample = starts[types == K.RECORD_SAMPLE]
@@ -125,13 +130,15 @@ def _bulk_counts(pd: PerfData, data: BulkData, np: Any, timeline: BpfTimeline) -
             sid = u64[sample[has_id] + 1 + id_pos // 8]
             at = np.minimum(np.searchsorted(id_keys, sid), len(id_keys) - 1)
             ev[has_id] = np.where(id_keys[at] == sid, id_events[at], 0)  # unknown: the first
-        for e in np.unique(ev).tolist():
+        for e in unique(np, ev)[0].tolist():
             f = events[e]
             if f.ip is None:
                 continue  # samples without an ip are in no program
             mine = sample[(ev == e) & (size >= f.need)]
             ip = u64[mine + f.ip]
-            bpf = (ip >= lo) & (ip < hi)
+            if none:
+                continue
+            bpf = (ip >= lo) & ((ip < hi) | to_top)
             if not bool(bpf.any()):
                 continue
             if f.time is None:
@@ -169,7 +176,7 @@ def place(np: Any, timeline: BpfTimeline, ips: Any, times: Any) -> Heat:
     between their load and unload times; the timeline picks once per such stretch and
     each sample counts for the pick of the stretch its time falls in."""
     out: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    uniq, inv = np.unique(ips, return_inverse=True)
+    uniq, inv = unique(np, ips)
     order = np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1)).tolist()
     for k, ip in enumerate(uniq.tolist()):

@@ -75,6 +75,17 @@ def test_the_side_file_fixtures_heat_in_bulk_is_the_record_by_record_one() -> No
     assert got == want and sum(sum(v.values()) for v in want.values()) > 500
 
 
+def test_bulk_heat_at_the_ends_of_the_address_space() -> None:
+    """No functions at all ([lo, hi) empty), and one reaching past the last u64."""
+    data = os.path.join(FIX, "perfdata", "bpf.data")
+    assert bulk_counts(data, BpfTimeline()) == {} == heat._record_counts(data, BpfTimeline(), None)
+    tl = BpfTimeline()
+    tl.add(BpfFunc("top", 1 << 63, 1 << 63, None, None, FROM_SIDE, Program(3, "t", "2" * 16, 6)))
+    assert tl.hi == 1 << 64
+    want = heat._record_counts(data, tl, None)
+    assert want and bulk_counts(data, tl) == want
+
+
 def sample_times(path: str) -> list[int]:
     """The times of the file's samples, by the record reader ([] when it fails)."""
     out = []
