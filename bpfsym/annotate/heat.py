@@ -15,7 +15,10 @@ give the same counts.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import signal
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +26,6 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.model import Capture
-from bpfsym.read.arrays import unique
 from bpfsym.read.bulk import BulkData, NotBulk
 from bpfsym.read.perfdata import SPECIAL_RECORDS, PerfData, field_offsets
 from bpfsym.symbolize.symbols import FROM_SIDE
@@ -32,6 +34,63 @@ from bpfsym.symbolize.timeline import BpfTimeline, capture_timeline
 Heat = dict[int, dict[int, int]]  # prog id -> native address -> samples
 
 BULK_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it saves
+
+BESIDE_MIN_BYTES = 8 << 20  # smaller files: a second process costs what it saves
+
+
+class Beside:
+    """bpf_sample_counts(path, read_capture(side)) in a forked child while this process
+    does the rest of an annotation (its imports, the side file, kernel names): the
+    counts come back pickled through a pipe. Only for big files on two CPUs; where the
+    child fails or was not started, result() counts here, which then also raises what is
+    wrong with the file, as without the child."""
+
+    def __init__(self, path: str, side: str) -> None:
+        self.path = path
+        self.pid: int | None = None
+        self.fd = -1
+        if not (hasattr(os, "fork") and _size(path) >= BESIDE_MIN_BYTES and _cpus() >= 2):
+            return
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: counts, or says nothing
+            os.close(r)
+            try:
+                from bpfsym.read.sidefile import read_capture
+
+                got = pickle.dumps(bpf_sample_counts(path, read_capture(side)), -1)
+                with os.fdopen(w, "wb") as out:
+                    out.write(got)
+            except BaseException:  # noqa: BLE001, S110 - the parent counts itself
+                pass
+            finally:
+                os._exit(0)
+        os.close(w)
+        self.pid, self.fd = pid, r
+
+    def result(self, capture: Capture) -> Heat:
+        got = b""
+        if self.pid is not None:
+            with os.fdopen(self.fd, "rb") as f:
+                got = f.read()  # to the end: the child has written all it will
+            os.waitpid(self.pid, 0)
+            self.pid = None
+        if got:
+            try:
+                counts: Heat = pickle.loads(got)
+                return counts
+            except Exception:  # noqa: BLE001, S110 - cut short: count here
+                pass
+        return bpf_sample_counts(self.path, capture)
+
+    def close(self) -> None:
+        """End the child (an error came first)."""
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            os.close(self.fd)
+            self.pid = None
 
 
 def bpf_sample_counts(
@@ -130,7 +189,7 @@ def _bulk_counts(pd: PerfData, data: BulkData, np: Any, timeline: BpfTimeline) -
             sid = u64[sample[has_id] + 1 + id_pos // 8]
             at = np.minimum(np.searchsorted(id_keys, sid), len(id_keys) - 1)
             ev[has_id] = np.where(id_keys[at] == sid, id_events[at], 0)  # unknown: the first
-        for e in unique(np, ev)[0].tolist():
+        for e in np.flatnonzero(np.bincount(ev, minlength=len(events))).tolist():
             f = events[e]
             if f.ip is None:
                 continue  # samples without an ip are in no program
@@ -176,9 +235,14 @@ def place(np: Any, timeline: BpfTimeline, ips: Any, times: Any) -> Heat:
     between their load and unload times; the timeline picks once per such stretch and
     each sample counts for the pick of the stretch its time falls in."""
     out: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    uniq, inv = unique(np, ips)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1)).tolist()
+    perm = np.argsort(ips, kind="stable")  # one sort: each address's samples in a run
+    ips, times = ips[perm], times[perm]
+    new = np.empty(len(ips), dtype=bool)
+    new[:1] = True
+    np.not_equal(ips[1:], ips[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    uniq = ips[starts]
+    bounds = [*starts.tolist(), len(ips)]
     for k, ip in enumerate(uniq.tolist()):
         cands = timeline.candidates(ip)
         if not cands:
@@ -192,13 +256,20 @@ def place(np: Any, timeline: BpfTimeline, ips: Any, times: Any) -> Heat:
             counts = [n]
             picks = picks[:1]
         else:
-            ts = times[order[bounds[k] : bounds[k + 1]]]
+            ts = times[bounds[k] : bounds[k + 1]]
             at = np.searchsorted(np.array(edges, dtype=np.uint64), ts, side="right")
             counts = np.bincount(at, minlength=len(reps)).tolist()
         for fn, c in zip(picks, counts, strict=True):
             if c and fn is not None and fn.prog is not None:
                 out[fn.prog.id][ip] += c
     return {k: dict(v) for k, v in out.items()}
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _size(path: str) -> int:

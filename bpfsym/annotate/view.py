@@ -388,12 +388,17 @@ def select(
 def kernel_names(capture: Capture) -> KernelNames:
     """The names of a capture's kallsyms: its texts indexed in place (with numpy), else
     parsed (which also says what is wrong with a text that does not parse)."""
-    if not capture.kallsyms and capture.kallsyms_texts:
-        np = load_numpy()
-        names = TextNames.from_texts(capture.kallsyms_texts, np) if np is not None else None
-        if names is not None:
-            return names
-    return KernelNames(capture_kernel_symbols(capture))
+    names = indexed_names(capture)
+    return names if names is not None else KernelNames(capture_kernel_symbols(capture))
+
+
+def indexed_names(capture: Capture) -> TextNames | None:
+    """The capture's kallsyms texts indexed in place, or None (no numpy, no texts, or
+    texts that are not plain kallsyms); never raises."""
+    if capture.kallsyms or not capture.kallsyms_texts:
+        return None
+    np = load_numpy()
+    return TextNames.from_texts(capture.kallsyms_texts, np) if np is not None else None
 
 
 def annotate(
@@ -405,14 +410,16 @@ def annotate(
     top: int = 10,
     as_json: bool = False,
     color: bool = False,
+    names: KernelNames | None = None,
 ) -> tuple[str, int]:
-    """(output, exit status) for the chosen programs of a capture."""
+    """(output, exit status) for the chosen programs of a capture (names: its kernel
+    names, when the caller has them already)."""
     chosen = select(capture, prog_id, symbol, samples)
     if not chosen:
         what = symbol if symbol is not None else f"program {prog_id}" if prog_id else None
         msg = f"no BPF program matches {what}" if what else "no samples in any BPF program"
         return msg + " (see bpfsym report for what was sampled)\n", 1
-    symbols = jitdis.SymbolTable(programs=capture.programs, kernel=kernel_names(capture))
+    symbols = jitdis.SymbolTable(programs=capture.programs, kernel=names or kernel_names(capture))
     views = [
         build_view(p, samples.get(p.id, {}), [], capture.header.arch,
                    programs=capture.programs, only=only, symbols=symbols)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -200,3 +201,25 @@ def test_text_names_are_the_parsed_lists_names(texts: list[list[tuple]]) -> None
 )
 def test_texts_that_are_not_plain_kallsyms_go_to_the_parser(text: str) -> None:
     assert TextNames.from_texts([text], np) is None
+
+
+def test_counting_beside_gives_the_counts_and_the_errors_of_counting_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setattr(heat, "BESIDE_MIN_BYTES", 0)  # the fixture is small
+    monkeypatch.setattr(heat, "_cpus", lambda: 2)
+    cap = read_capture(SIDE + ".bpfsym")
+    beside = heat.Beside(SIDE, SIDE + ".bpfsym")
+    assert beside.pid is not None
+    assert beside.result(cap) == heat.bpf_sample_counts(SIDE, cap) != {}
+    # a data section cut short: the child fails, and counting here says why
+    cut = tmp_path / "cut.data"
+    with open(SIDE, "rb") as f:
+        cut.write_bytes(f.read()[:-100])
+    with pytest.raises(FormatError) as here:
+        heat.bpf_sample_counts(str(cut), cap)
+    beside = heat.Beside(str(cut), SIDE + ".bpfsym")
+    with pytest.raises(FormatError) as there:
+        beside.result(cap)
+    assert str(there.value) == str(here.value)
+    heat.Beside(SIDE, SIDE + ".bpfsym").close()  # ended before its result: no child left
