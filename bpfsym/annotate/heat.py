@@ -39,26 +39,26 @@ BESIDE_MIN_BYTES = 8 << 20  # smaller files: a second process costs what it save
 
 
 class Beside:
-    """bpf_sample_counts(path, read_capture(side)) in a forked child while this process
-    does the rest of an annotation (its imports, the side file, kernel names): the
-    counts come back pickled through a pipe. Only for big files on two CPUs; where the
-    child fails or was not started, result() counts here, which then also raises what is
-    wrong with the file, as without the child."""
+    """bpf_sample_counts(path, capture) in a forked child while this process does the rest
+    of an annotation (the disassembler's import, the kernel names): the counts come back
+    pickled through a pipe. Only for big files on two CPUs (numpy, which both need, is
+    loaded before the fork); where the child fails or was not started, result() counts
+    here, which then also raises what is wrong with the file, as without the child."""
 
-    def __init__(self, path: str, side: str) -> None:
-        self.path = path
+    def __init__(self, path: str, capture: Capture) -> None:
+        self.path, self.capture = path, capture
         self.pid: int | None = None
         self.fd = -1
         if not (hasattr(os, "fork") and _size(path) >= BESIDE_MIN_BYTES and _cpus() >= 2):
+            return
+        if load_numpy() is None:
             return
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: counts, or says nothing
             os.close(r)
             try:
-                from bpfsym.read.sidefile import read_capture
-
-                got = pickle.dumps(bpf_sample_counts(path, read_capture(side)), -1)
+                got = pickle.dumps(bpf_sample_counts(path, capture), -1)
                 with os.fdopen(w, "wb") as out:
                     out.write(got)
             except BaseException:  # noqa: BLE001, S110 - the parent counts itself
@@ -68,7 +68,7 @@ class Beside:
         os.close(w)
         self.pid, self.fd = pid, r
 
-    def result(self, capture: Capture) -> Heat:
+    def result(self) -> Heat:
         got = b""
         if self.pid is not None:
             with os.fdopen(self.fd, "rb") as f:
@@ -81,7 +81,7 @@ class Beside:
                 return counts
             except Exception:  # noqa: BLE001, S110 - cut short: count here
                 pass
-        return bpf_sample_counts(self.path, capture)
+        return bpf_sample_counts(self.path, self.capture)
 
     def close(self) -> None:
         """End the child (an error came first)."""

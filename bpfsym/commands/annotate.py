@@ -53,18 +53,18 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bpfsym.annotate.heat import Beside
+    from bpfsym.read.sidefile import read_capture
 
     side = args.side or f"{args.input}.bpfsym"
-    # the samples are counted beside (big files) while the side file, the disassembler
-    # and the kernel names load here
-    counting = Beside(args.input, side) if os.path.exists(args.input) else None
+    capture = read_capture(side)
+    # the samples are counted beside (big files) while the disassembler and the kernel
+    # names load here
+    counting = Beside(args.input, capture) if os.path.exists(args.input) else None
     try:
         from bpfsym.annotate.view import annotate, indexed_names
-        from bpfsym.read.sidefile import read_capture
 
-        capture = read_capture(side)
         names = indexed_names(capture)
-        samples = counting.result(capture) if counting is not None else {}
+        samples = counting.result() if counting is not None else {}
     finally:
         if counting is not None:
             counting.close()

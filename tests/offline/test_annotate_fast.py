@@ -209,17 +209,17 @@ def test_counting_beside_gives_the_counts_and_the_errors_of_counting_here(
     monkeypatch.setattr(heat, "BESIDE_MIN_BYTES", 0)  # the fixture is small
     monkeypatch.setattr(heat, "_cpus", lambda: 2)
     cap = read_capture(SIDE + ".bpfsym")
-    beside = heat.Beside(SIDE, SIDE + ".bpfsym")
+    beside = heat.Beside(SIDE, cap)
     assert beside.pid is not None
-    assert beside.result(cap) == heat.bpf_sample_counts(SIDE, cap) != {}
+    assert beside.result() == heat.bpf_sample_counts(SIDE, cap) != {}
     # a data section cut short: the child fails, and counting here says why
     cut = tmp_path / "cut.data"
     with open(SIDE, "rb") as f:
         cut.write_bytes(f.read()[:-100])
     with pytest.raises(FormatError) as here:
         heat.bpf_sample_counts(str(cut), cap)
-    beside = heat.Beside(str(cut), SIDE + ".bpfsym")
+    beside = heat.Beside(str(cut), cap)
     with pytest.raises(FormatError) as there:
-        beside.result(cap)
+        beside.result()
     assert str(there.value) == str(here.value)
-    heat.Beside(SIDE, SIDE + ".bpfsym").close()  # ended before its result: no child left
+    heat.Beside(SIDE, cap).close()  # ended before its result: no child left
