@@ -158,6 +158,8 @@ def _bulk_counts(pd: PerfData, data: BulkData, np: Any, timeline: BpfTimeline) -
     id_keys = np.array([i for i, _ in ids], dtype=np.uint64)
     id_events = np.array([e for _, e in ids], dtype=np.int64)
     id_pos = None if pd.single else pd.sample_id_pos
+    # events whose samples hold ip and time at the same places: no need to tell them apart
+    uniform = len({(f.ip, f.time, f.need) for f in events}) == 1
     # [lo, hi) of BPF code: none without functions; hi may be 2**64, past any u64
     top = (1 << 64) - 1
     none = timeline.lo >= timeline.hi
@@ -181,7 +183,7 @@ def _bulk_counts(pd: PerfData, data: BulkData, np: Any, timeline: BpfTimeline) -
         if not len(sample):
             continue
         size = u16[4 * sample + 3]
-        if id_pos is None or not len(id_keys):
+        if uniform or id_pos is None or not len(id_keys):
             ev = np.zeros(len(sample), dtype=np.int64)
         else:
             has_id = size >= 8 + id_pos + 8
