@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import statistics
 import subprocess
 import time
 from collections.abc import Sequence
@@ -24,3 +26,65 @@ def print_ratio(label: str, ours: float, theirs: float) -> float:
     ratio = ours / theirs if theirs > 0 else float("inf")
     print(f"{label}: bpfsym {ours:.2f} s / perf {theirs:.2f} s = {ratio:.2f}x")
     return ratio
+
+
+def run_once(cmd: Sequence[str], cwd: str | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of cmd, output discarded; CPU is user + system
+    time of the process and of the children it waited for (a report's second reader)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(list(cmd), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise subprocess.CalledProcessError(p.returncode, list(cmd))
+    return wall, ru.ru_utime + ru.ru_stime
+
+
+def interleaved(
+    cmds: dict[str, tuple[Sequence[str], str | None]], runs: int
+) -> dict[str, list[tuple[float, float]]]:
+    """name -> [(wall, CPU)] of `runs` rounds, each running every command once in turn
+    (so that a burst of load on a shared machine falls on all of them alike)."""
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in cmds}
+    for _ in range(runs):
+        for name, (cmd, cwd) in cmds.items():
+            out[name].append(run_once(cmd, cwd))
+    return out
+
+
+def print_interleaved(label: str, ours: list[tuple[float, float]],
+                      theirs: list[tuple[float, float]], anchor: str = "perf") -> dict[str, float]:  # fmt: skip
+    """Print min and median wall and CPU of both and their ratios (< 1: bpfsym faster);
+    return the ratios."""
+
+    def stats(runs: list[tuple[float, float]], k: int) -> tuple[float, float]:
+        xs = [r[k] for r in runs]
+        return min(xs), statistics.median(xs)
+
+    out = {}
+    for k, what in ((0, "wall"), (1, "CPU")):
+        (o_min, o_med), (t_min, t_med) = stats(ours, k), stats(theirs, k)
+        r_min, r_med = o_min / t_min, o_med / t_med
+        out[f"{what} min"], out[f"{what} median"] = r_min, r_med
+        print(
+            f"{label} {what:4}: bpfsym min {o_min:.3f} s median {o_med:.3f} s / {anchor} min"
+            f" {t_min:.3f} s median {t_med:.3f} s = {r_min:.2f}x / {r_med:.2f}x"
+            f" ({len(ours)} runs)"
+        )
+    return out
+
+
+def kernel_kallsyms(where: str) -> str:
+    """The /proc/kallsyms lines up to the first BPF one, in a file in directory where.
+
+    Given to perf report (--kallsyms): reading /proc/kallsyms itself costs time quadratic
+    in the BPF programs loaded (by anyone on the machine), which would make perf's figure
+    depend on what else runs; bpfsym's readers stop at the first BPF line."""
+    out = os.path.join(where, "kallsyms")
+    with open("/proc/kallsyms") as f, open(out, "w") as o:
+        for line in f:
+            if line.rstrip().endswith("[bpf]"):
+                break
+            o.write(line)
+    return out

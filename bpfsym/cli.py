@@ -55,8 +55,11 @@ def chosen_command(argv: list[str]) -> str | None:
 
 
 def start_kallsyms_reader(chosen: str | None, argv: list[str]) -> Any:
-    """For a report on Linux, a /proc/kallsyms reader started now (None otherwise)."""
+    """For a report on Linux, a /proc/kallsyms reader started now (None otherwise, and
+    when --kallsyms names the file to read instead: the reading would be thrown away)."""
     if chosen != "report" or sys.platform != "linux" or {"-h", "--help"} & set(argv):
+        return None
+    if any(a == "--kallsyms" or a.startswith("--kallsyms=") for a in argv):
         return None
     from bpfsym.live.host import HostKallsyms
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import capstone
 
+from bpfsym.annotate.ksyms import KernelNames
 from bpfsym.model import KernelSymbol, Program
 
 # a kernel function is never this long: a "nearest symbol" further away names nothing
@@ -56,33 +57,32 @@ class NativeInsn:
 
 
 class SymbolTable:
-    """Kernel symbols (sorted kallsyms) plus the BPF functions of the captured programs."""
+    """Kernel symbols (sorted kallsyms, or their names already indexed) plus the BPF
+    functions of the captured programs."""
 
-    def __init__(self, kallsyms: Iterable[KernelSymbol], programs: Iterable[Program] = ()):
-        first: dict[int, str] = {}  # aliases: the first name in kallsyms order wins
-        for s in kallsyms:
-            if s.type.lower() in ("t", "w") or not s.type:
-                first.setdefault(s.addr, s.name)
-        kernel = sorted(first.items())
-        self._kaddrs = [a for a, _ in kernel]
-        self._knames = [n for _, n in kernel]
-        self._exact = dict(first)
+    def __init__(
+        self,
+        kallsyms: Iterable[KernelSymbol] = (),
+        programs: Iterable[Program] = (),
+        kernel: KernelNames | None = None,
+    ):
+        self._kernel = kernel if kernel is not None else KernelNames(kallsyms)
         funcs = sorted({(f.addr, f.size, f.name) for p in programs for f in p.functions if f.addr})
         self._faddrs = [a for a, _, _ in funcs]
         self._funcs = funcs
+        self._bpf_exact: dict[int, str] = {}
         for a, _, n in funcs:
-            self._exact.setdefault(a, n)
+            self._bpf_exact.setdefault(a, n)
 
     def address(self, name: str) -> int | None:
         """Address of a kernel symbol by name (first in kallsyms order)."""
-        for a, n in zip(self._kaddrs, self._knames, strict=True):
-            if n == name:
-                return a
-        return None
+        return self._kernel.find(name)
 
     def exact(self, addr: int) -> str | None:
-        """The symbol starting exactly at addr (bpftool's lookup for call names)."""
-        return self._exact.get(addr)
+        """The symbol starting exactly at addr (bpftool's lookup for call names): the
+        kernel's, else a BPF function's."""
+        name = self._kernel.first_at(addr)
+        return name if name is not None else self._bpf_exact.get(addr)
 
     def bpf_function(self, addr: int) -> tuple[str, int] | None:
         i = bisect.bisect_right(self._faddrs, addr) - 1
@@ -93,9 +93,9 @@ class SymbolTable:
         return None
 
     def kernel(self, addr: int) -> tuple[str, int] | None:
-        i = bisect.bisect_right(self._kaddrs, addr) - 1
-        if i >= 0 and addr - self._kaddrs[i] < MAX_SYMBOL_OFFSET:
-            return self._knames[i], addr - self._kaddrs[i]
+        hit = self._kernel.floor(addr)
+        if hit is not None and addr - hit[0] < MAX_SYMBOL_OFFSET:
+            return hit[1], addr - hit[0]
         return None
 
     def name(self, addr: int) -> str | None:

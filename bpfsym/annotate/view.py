@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bpfsym.annotate import bpfinsn, jitdis
+from bpfsym.annotate.heat import load_numpy
+from bpfsym.annotate.ksyms import KernelNames, TextNames
 from bpfsym.model import Capture, Function, KernelSymbol, LineEntry, Program
 from bpfsym.read.kallsyms import capture_kernel_symbols
 
@@ -88,8 +90,14 @@ def _xlated_ranges(prog: Program, n_insns: int) -> list[tuple[int, int]]:
     return list(zip(starts, ends, strict=True))
 
 
-def _lines_of(prog: Program, fn: Function, xrange: tuple[int, int] | None) -> list[LineEntry]:
-    lines = sorted(prog.lines, key=lambda ln: ln.insn_off)
+def _lines_of(
+    prog: Program,
+    fn: Function,
+    xrange: tuple[int, int] | None,
+    ordered: list[LineEntry] | None = None,
+) -> list[LineEntry]:
+    """The function's lines (ordered: the program's lines by insn_off, when known)."""
+    lines = ordered if ordered is not None else _by_insn(prog)
     if xrange is not None:
         return [ln for ln in lines if xrange[0] <= ln.insn_off < xrange[1]]
     return [
@@ -97,6 +105,10 @@ def _lines_of(prog: Program, fn: Function, xrange: tuple[int, int] | None) -> li
         for ln in lines
         if ln.jited_addr is not None and fn.addr <= ln.jited_addr < fn.addr + fn.size
     ]
+
+
+def _by_insn(prog: Program) -> list[LineEntry]:
+    return sorted(prog.lines, key=lambda ln: ln.insn_off)
 
 
 def build_function(
@@ -108,7 +120,12 @@ def build_function(
     insns: list[bpfinsn.Insn],
     names: bpfinsn.CallNames,
     xrange: tuple[int, int] | None,
+    *,
+    slots: dict[int, bpfinsn.Insn] | None = None,
+    ordered: list[LineEntry] | None = None,
 ) -> FunctionView:
+    """One function's rows and blocks; slots (insns by index) and ordered (the program's
+    lines by insn_off) are the program's, when the caller made them already."""
     assert fn.image is not None
     native = jitdis.disassemble(fn.image, fn.addr, arch)
     labels, outside = jitdis.target_names(native, fn.addr, fn.size, symbols)
@@ -129,17 +146,20 @@ def build_function(
     for r in rows:
         r.percent = 100.0 * r.samples / total if total else 0.0
 
-    slots = {i.index: i for i in insns}
-    lines = [ln for ln in _lines_of(prog, fn, xrange) if ln.jited_addr is not None]
+    if slots is None:
+        slots = {i.index: i for i in insns}
+    lines = [ln for ln in _lines_of(prog, fn, xrange, ordered) if ln.jited_addr is not None]
+    at = [ln.jited_addr or 0 for ln in lines]  # all set (the filter above)
     xend = xrange[1] if xrange else (insns[-1].index + insns[-1].width if insns else 0)
     blocks: list[Block] = []
-    first = lines[0].jited_addr if lines else fn.addr + len(fn.image)
-    pro = [r for r in rows if r.addr < first]  # type: ignore[operator]
+    first = at[0] if lines else fn.addr + len(fn.image)
+    # rows are in address order: a line's rows are one slice of them
+    pro = rows[: bisect.bisect_left(starts, first)]
     if pro:
         blocks.append(Block(None, [], None, pro))
     for k, ln in enumerate(lines):
-        lo = ln.jited_addr
-        hi = lines[k + 1].jited_addr if k + 1 < len(lines) else fn.addr + len(fn.image)
+        lo = at[k]
+        hi = at[k + 1] if k + 1 < len(lines) else fn.addr + len(fn.image)
         bend = lines[k + 1].insn_off if k + 1 < len(lines) else xend
         brange = (ln.insn_off, bend)
         bpf = [
@@ -147,7 +167,7 @@ def build_function(
             for i in range(ln.insn_off, bend)
             if i in slots
         ]
-        mine = [r for r in rows if lo <= r.addr < hi]  # type: ignore[operator]
+        mine = rows[bisect.bisect_left(starts, lo) : bisect.bisect_left(starts, hi)]
         for r in mine:
             r.line, r.bpf_range = ln, brange
         blocks.append(Block(ln, bpf, brange, mine))
@@ -187,11 +207,15 @@ def build_view(
         return view
     n_slots = insns[-1].index + insns[-1].width if insns else 0
     ranges = _xlated_ranges(prog, n_slots)
+    slots = {i.index: i for i in insns}
+    ordered = _by_insn(prog)
     for i, fn in enumerate(prog.functions):
         if only is not None and fn.name != only:
             continue
         xrange = ranges[i] if ranges else None
-        fv = build_function(prog, fn, samples, symbols, arch, insns, names, xrange)
+        fv = build_function(
+            prog, fn, samples, symbols, arch, insns, names, xrange, slots=slots, ordered=ordered
+        )
         view.functions.append(fv)
         view.samples += fv.samples
     return view
@@ -361,6 +385,22 @@ def select(
     return out
 
 
+def kernel_names(capture: Capture) -> KernelNames:
+    """The names of a capture's kallsyms: its texts indexed in place (with numpy), else
+    parsed (which also says what is wrong with a text that does not parse)."""
+    names = indexed_names(capture)
+    return names if names is not None else KernelNames(capture_kernel_symbols(capture))
+
+
+def indexed_names(capture: Capture) -> TextNames | None:
+    """The capture's kallsyms texts indexed in place, or None (no numpy, no texts, or
+    texts that are not plain kallsyms); never raises."""
+    if capture.kallsyms or not capture.kallsyms_texts:
+        return None
+    np = load_numpy()
+    return TextNames.from_texts(capture.kallsyms_texts, np) if np is not None else None
+
+
 def annotate(
     capture: Capture,
     samples: Heat,
@@ -370,17 +410,18 @@ def annotate(
     top: int = 10,
     as_json: bool = False,
     color: bool = False,
+    names: KernelNames | None = None,
 ) -> tuple[str, int]:
-    """(output, exit status) for the chosen programs of a capture."""
+    """(output, exit status) for the chosen programs of a capture (names: its kernel
+    names, when the caller has them already)."""
     chosen = select(capture, prog_id, symbol, samples)
     if not chosen:
         what = symbol if symbol is not None else f"program {prog_id}" if prog_id else None
         msg = f"no BPF program matches {what}" if what else "no samples in any BPF program"
         return msg + " (see bpfsym report for what was sampled)\n", 1
-    kallsyms = capture_kernel_symbols(capture)
-    symbols = jitdis.SymbolTable(kallsyms, capture.programs)
+    symbols = jitdis.SymbolTable(programs=capture.programs, kernel=names or kernel_names(capture))
     views = [
-        build_view(p, samples.get(p.id, {}), kallsyms, capture.header.arch,
+        build_view(p, samples.get(p.id, {}), [], capture.header.arch,
                    programs=capture.programs, only=only, symbols=symbols)
         for p, only in chosen
     ]  # fmt: skip

@@ -11,8 +11,6 @@ import argparse
 import os
 import sys
 
-from bpfsym.annotate.view import annotate
-
 EPILOG = """examples:
   bpfsym annotate --prog 485                       # every function of program 485
   bpfsym annotate bpf_prog_6deef7357e7b4530_sub1   # one function, by its kallsyms name
@@ -54,15 +52,26 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bpfsym.annotate.heat import bpf_sample_counts
+    from bpfsym.annotate.heat import Beside
     from bpfsym.read.sidefile import read_capture
 
     side = args.side or f"{args.input}.bpfsym"
     capture = read_capture(side)
-    samples = bpf_sample_counts(args.input, capture) if os.path.exists(args.input) else {}
+    # the samples are counted beside (big files) while the disassembler and the kernel
+    # names load here
+    counting = Beside(args.input, capture) if os.path.exists(args.input) else None
+    try:
+        from bpfsym.annotate.view import annotate, indexed_names
+
+        names = indexed_names(capture)
+        samples = counting.result() if counting is not None else {}
+    finally:
+        if counting is not None:
+            counting.close()
     text, status = annotate(
         capture,
         samples,
+        names=names,
         prog_id=args.prog,
         symbol=args.symbol,
         top=args.top,
