@@ -320,6 +320,15 @@ def test_missing_binary_is_counted_and_the_leaf_kept(tmp_path):
     stacks = bpfsym_stacks(data, root)
     assert all(len([f for f in s if f in OURS]) <= 1 for s in stacks)
     assert sum(stacks.values()) == 312
+    # and the table is perf's: a stack stopped at its leaf adds no second, raw-address
+    # node of that leaf (perf's unwinder gives no user entries when it fails)
+    theirs, ours = perf_children(data, root), bpfsym_children(data, root)
+    for table, other in ((theirs, ours), (ours, theirs)):
+        for name, (children, self_) in table.items():
+            if children >= 0.5:
+                assert name in other, name
+                assert other[name][0] == pytest.approx(children, abs=0.05), name
+                assert other[name][1] == pytest.approx(self_, abs=0.05), name
 
 
 def truncated_copy(src: Path, dest: Path, keep: int) -> int:
