@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bpfsym.model import KernelSymbol
+from bpfsym.read.arrays import hex_column
 
 NAMED_TYPES = b"tTwW"
 
@@ -144,17 +145,9 @@ def _columns(text: str, np: Any) -> tuple[Any, Any] | None:
         or (~graphic[buf[starts + width + 3]]).any()
     ):
         return None
-    digit = np.full(256, 255, dtype=np.uint64)
-    for i, ch in enumerate(b"0123456789abcdef"):
-        digit[ch] = i
-    for i, ch in enumerate(b"ABCDEF"):
-        digit[ch] = 10 + i
-    addr = np.zeros(len(starts), dtype=np.uint64)
-    for k in range(width):
-        d = digit[buf[starts + k]]
-        if bool((d == 255).any()):
-            return None
-        addr = (addr << np.uint64(4)) | d
+    addr = hex_column(np, buf, starts, width)
+    if addr is None:
+        return None
     named = np.zeros(256, dtype=bool)
     named[list(NAMED_TYPES)] = True
     keep = named[buf[starts + width + 1]]

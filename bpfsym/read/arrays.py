@@ -16,3 +16,20 @@ def unique(np: Any, a: Any) -> tuple[Any, Any]:
     inv = np.empty(len(s), dtype=np.int64)
     inv[perm] = np.cumsum(new) - 1
     return s[new], inv
+
+
+def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
+    """The hexadecimal numbers of `width` digits at each of starts in buf (uint8), as
+    uint64 (a kallsyms text's address column); None where any is not hex."""
+    digit = np.full(256, 255, dtype=np.uint64)
+    for i, ch in enumerate(b"0123456789abcdef"):
+        digit[ch] = i
+    for i, ch in enumerate(b"ABCDEF"):
+        digit[ch] = 10 + i
+    addr = np.zeros(len(starts), dtype=np.uint64)
+    for k in range(width):
+        d = digit[buf[starts + k]]
+        if bool((d == 255).any()):
+            return None
+        addr = (addr << np.uint64(4)) | d
+    return addr

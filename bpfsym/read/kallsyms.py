@@ -13,6 +13,7 @@ from typing import Any
 
 from bpfsym.errors import FormatError
 from bpfsym.model import Capture, KernelSymbol
+from bpfsym.read.arrays import hex_column
 
 KALLSYMS_TYPES = set("TtWwDdBbul")  # perf's symbol_type__filter for kallsyms
 
@@ -111,17 +112,9 @@ class KernelSymbols:
             return False
         if bool((buf[starts + width] != 32).any() or (buf[starts + width + 2] != 32).any()):
             return False
-        digit = np.full(256, 255, dtype=np.uint64)
-        for i, ch in enumerate(b"0123456789abcdef"):
-            digit[ch] = i
-        for i, ch in enumerate(b"ABCDEF"):
-            digit[ch] = 10 + i
-        addr = np.zeros(len(starts), dtype=np.uint64)
-        for k in range(width):
-            d = digit[buf[starts + k]]
-            if bool((d == 255).any()):
-                return False
-            addr = (addr << np.uint64(4)) | d
+        addr = hex_column(np, buf, starts, width)
+        if addr is None:
+            return False
         wanted = np.zeros(256, dtype=bool)
         wanted[list(KALLSYMS_TYPES_B)] = True
         # lines ending "\t[bpf]": read_host_kallsyms cut those, so this is other text
