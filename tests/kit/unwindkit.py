@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,4 +34,21 @@ def perf_children(text: str) -> dict[str, tuple[float, float]]:
     out = {}
     for m in re.finditer(r"^\s+([\d.]+)%\s+([\d.]+)%\s+\[.\] (\S+)\s*$", text, re.M):
         out[m.group(3)] = (float(m.group(1)), float(m.group(2)))
+    return out
+
+
+def script_stacks(text: str, frame: Callable[[str], str]) -> collections.Counter:
+    """`perf script -F comm,ip,sym` text -> how many samples had each chain, root first,
+    each frame named by frame()."""
+    out: collections.Counter = collections.Counter()
+    cur: list[str] | None = None
+    for line in [*text.splitlines(), ""]:
+        m = re.match(r"\t\s*[0-9a-f]+ (.*)$", line)
+        if m and cur is not None:
+            cur.append(frame(m.group(1).strip()))
+        elif cur is not None and not line.strip():
+            out[tuple(reversed(cur))] += 1
+            cur = None
+        elif line.strip():
+            cur = []
     return out

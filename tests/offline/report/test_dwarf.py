@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from kit import perfcompat as P
 from kit import pproftext
+from kit.unwindkit import script_stacks
 
 from bpfsym.formats import perf as K
 from bpfsym.read.perfdata import PerfData
@@ -151,18 +152,7 @@ def perf_stacks(data: Path, root: Path) -> collections.Counter:
     """perf script's chain of every sample, root first, as frame() names them."""
     text = perf("script", "-i", str(data), "-F", "comm,ip,sym", "--no-inline", "--symfs",
                 str(root)).decode("utf-8", "surrogateescape")  # fmt: skip
-    out: collections.Counter = collections.Counter()
-    cur: list[str] | None = None
-    for line in [*text.splitlines(), ""]:
-        m = re.match(r"\t\s*[0-9a-f]+ (.*)$", line)
-        if m and cur is not None:
-            cur.append(frame(m.group(1).strip()))
-        elif cur is not None and not line.strip():
-            out[tuple(reversed(cur))] += 1
-            cur = None
-        elif line.strip():
-            cur = []
-    return out
+    return script_stacks(text, frame)
 
 
 def bpfsym_stacks(data: Path, root: Path, *more: str) -> collections.Counter:
