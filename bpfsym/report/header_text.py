@@ -21,7 +21,9 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from bpfsym.errors import FormatError
+from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
+from bpfsym.formats import struct_of
 from bpfsym.formats.bpf import prog_info_values
 from bpfsym.read.features import parse_bpf_btf, parse_bpf_prog_info
 
@@ -58,22 +60,11 @@ BRANCH_TYPE_BITS = [
 READ_FORMAT_BITS = [
     ("TOTAL_TIME_ENABLED", 0), ("TOTAL_TIME_RUNNING", 1), ("ID", 2), ("GROUP", 3), ("LOST", 4),
 ]  # fmt: skip
-# perf_event_attr's flag bits, in print order (= bit order; precise_ip is two bits)
-ATTR_FLAGS = [
-    "disabled", "inherit", "pinned", "exclusive", "exclude_user", "exclude_kernel",
-    "exclude_hv", "exclude_idle", "mmap", "comm", "freq", "inherit_stat", "enable_on_exec",
-    "task", "watermark", "precise_ip", "mmap_data", "sample_id_all", "exclude_host",
-    "exclude_guest", "exclude_callchain_kernel", "exclude_callchain_user", "mmap2",
-    "comm_exec", "use_clockid", "context_switch", "write_backward", "namespaces", "ksymbol",
-    "bpf_event", "aux_output", "cgroup", "text_poke", "build_id", "inherit_thread",
-    "remove_on_exec", "sigtrap",
-]  # fmt: skip
-
 CLOCK_NAMES = {  # header.c clockid_name
     0: "realtime", 1: "monotonic", 4: "monotonic_raw", 7: "boottime", 11: "tai",
 }  # fmt: skip
 
-ATTR_SIZE = 136  # PERF_ATTR_SIZE_VER8: shorter attrs read zero-extended
+ATTR_SIZE = K.PERF_ATTR_SIZE_VER8  # shorter attrs read zero-extended
 
 
 class _Reader:
@@ -123,42 +114,38 @@ def _bits(value: int, names: list[tuple[str, int]]) -> str:
 
 def attr_fields(raw: bytes, little: bool) -> list[tuple[str, str]]:
     """(name, value) of an attr's non-zero fields, as perf_event_attr__fprintf lists them."""
-    e = "<" if little else ">"
-    a = raw[:ATTR_SIZE].ljust(ATTR_SIZE, b"\0")
-    typ, size, config, period, stype, rformat, flags = struct.unpack_from(e + "IIQQQQQ", a, 0)
-    wakeup, bp_type, bp_addr, bp_len, btype, regs_user = struct.unpack_from(e + "IIQQQQ", a, 48)
-    stack_user, clockid, regs_intr, aux_wm, max_stack = struct.unpack_from(e + "IiQIH", a, 88)
-    aux_sample, sig_data = struct.unpack_from(e + "I4xQ", a, 112)
+    a = K.layouts(little).attr.parse(raw[:ATTR_SIZE].ljust(ATTR_SIZE, b"\0"))
+    flags = a.flags
     out: list[tuple[str, str]] = []
 
     def put(name: str, v: int, show: Callable[[int], str] = str) -> None:
         if v:
             out.append((name, show(v)))
 
-    put("type", typ)
-    put("size", size)
-    put("config", config, hex)
-    put("{ sample_period, sample_freq }", period)
-    put("sample_type", stype, lambda v: _bits(v, SAMPLE_TYPE_BITS))
-    put("read_format", rformat, lambda v: _bits(v, READ_FORMAT_BITS))
-    bit = 0
-    for name in ATTR_FLAGS:
-        width = 2 if name == "precise_ip" else 1
-        put(name, flags >> bit & ((1 << width) - 1))
-        bit += width
-    put("{ wakeup_events, wakeup_watermark }", wakeup)
-    put("bp_type", bp_type)
-    put("{ bp_addr, config1 }", bp_addr, hex)
-    put("{ bp_len, config2 }", bp_len, hex)
-    put("branch_sample_type", btype, lambda v: _bits(v, BRANCH_TYPE_BITS))
-    put("sample_regs_user", regs_user, hex)
-    put("sample_stack_user", stack_user)
-    put("clockid", clockid)
-    put("sample_regs_intr", regs_intr, hex)
-    put("aux_watermark", aux_wm)
-    put("sample_max_stack", max_stack)
-    put("aux_sample_size", aux_sample)
-    put("sig_data", sig_data)
+    put("type", a.type)
+    put("size", a.size)
+    put("config", a.config, hex)
+    put("{ sample_period, sample_freq }", a.sample_period)
+    put("sample_type", a.sample_type, lambda v: _bits(v, SAMPLE_TYPE_BITS))
+    put("read_format", a.read_format, lambda v: _bits(v, READ_FORMAT_BITS))
+    for name in K.ATTR_FLAG_BITS:  # in bit order, as perf prints them
+        if name == "precise_ip_lo":
+            put("precise_ip", flags.precise_ip_lo + 2 * flags.precise_ip_hi)
+        elif name != "precise_ip_hi":
+            put(name, int(flags[name]))
+    put("{ wakeup_events, wakeup_watermark }", a.wakeup_events)
+    put("bp_type", a.bp_type)
+    put("{ bp_addr, config1 }", a.config1, hex)
+    put("{ bp_len, config2 }", a.config2, hex)
+    put("branch_sample_type", a.branch_sample_type, lambda v: _bits(v, BRANCH_TYPE_BITS))
+    put("sample_regs_user", a.sample_regs_user, hex)
+    put("sample_stack_user", a.sample_stack_user)
+    put("clockid", a.clockid)
+    put("sample_regs_intr", a.sample_regs_intr, hex)
+    put("aux_watermark", a.aux_watermark)
+    put("sample_max_stack", a.sample_max_stack)
+    put("aux_sample_size", a.aux_sample_size)
+    put("sig_data", a.sig_data)
     return out
 
 
@@ -512,14 +499,13 @@ def _file_text(path: str, f: IO[bytes], head: bytes, little: bool) -> str:
     feat_off = data_off + data_size
     out = _framing(path, None, (data_off, data_size, feat_off))
     f.seek(feat_off)
-    table = f.read(16 * len(bits))
-    e = "<Q" if little else ">Q"
+    section = struct_of(L.section)[0]  # perf_file_section: offset, size
+    table = f.read(section.size * len(bits))
     sections = []
     for i, bit in enumerate(bits):
-        if 16 * i + 16 > len(table):
+        if section.size * (i + 1) > len(table):
             break
-        off = struct.unpack_from(e, table, 16 * i)[0]
-        size = struct.unpack_from(e, table, 16 * i + 8)[0]
+        off, size = section.unpack_from(table, section.size * i)
         if bit not in FEATURE_NAMES:
             continue  # perf warns of an unknown feature and prints nothing of it
         f.seek(off)
