@@ -148,8 +148,12 @@ class Held:
         self.close()
 
 
-def loader_json(*args: str) -> dict:
+def loader_json(*args: str, cpu: int | None = None) -> dict:
+    """The loader's last JSON line; cpu: run it on that CPU only (its records go to that
+    CPU's side-band ring)."""
+    pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     out = subprocess.run(
-        [str(ensure_loader()), *args], capture_output=True, text=True, check=True, timeout=300
-    )
+        [str(ensure_loader()), *args], capture_output=True, text=True, check=True, timeout=300,
+        preexec_fn=pin,
+    )  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -225,8 +225,10 @@ def test_lost_records_are_counted_and_programs_recovered(tmp_path):
             for pid in pinners:
                 os.kill(pid, signal.SIGCONT)
         time.sleep(0.5)
-        # the kernel reports the loss with the next record that fits: make one
-        loader_json("churn", str(CHURN), "--count", "1", "--rate", "0")
+        # the kernel reports a ring's loss with the next record that fits in it: make one
+        # on every CPU (the held copies may all have loaded on one of them)
+        for cpu in sorted(os.sched_getaffinity(0)):
+            loader_json("churn", str(CHURN), "--count", "1", "--rate", "0", cpu=cpu)
         time.sleep(1)
         rec.stop()
         held.close()
