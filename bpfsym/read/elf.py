@@ -1,12 +1,13 @@
 """ELF files for user-space symbols: headers, PT_LOAD segments, build id, function
 symbols (also from a build-id debug file) and the PLT stubs perf names name@plt.
 
-pyelftools reads the structure: the file, section and program headers (its declarations,
-parsed by its construct), the section names, the notes and the build id, the PLT
-relocations. Symbol tables are the exception: they are decoded in bulk (numpy, else
-struct.iter_unpack) with a record derived from pyelftools' own Elf_Sym declaration,
-because iterating them through pyelftools is 15 to 175 times slower (bench/elf_speed.py,
-docs/elf.md). Section headers and segments are parsed one by one rather than through
+pyelftools reads the structure: the file header (its ELFFile, with its declarations built
+once per kind of file), the section names, the notes and the build id, the PLT
+relocations. Arrays of fixed-size records are decoded in bulk with a struct.Struct derived
+from pyelftools' own declaration: symbol tables (Elf_Sym; numpy for big ones), because
+iterating them through pyelftools is 15 to 175 times slower (bench/elf_speed.py), and the
+section and program header tables (Elf_Shdr, Elf_Phdr), whose construct parse was most of a
+small library's load (docs/elf.md). Headers are read as tables rather than through
 ELFFile.iter_sections()/iter_segments(), which build every section's object (a hash
 section parses its whole table, a dynamic segment walks every section). Whatever
 pyelftools or its construct raises on bad input becomes FormatError in one place
@@ -30,6 +31,8 @@ from typing import Any
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.construct import ConstructError
+from elftools.construct.adapters import MappingAdapter, MappingError
+from elftools.construct.core import FormatField, Pass
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE, ENUM_ST_SHNDX
 from elftools.elf.relocation import RelocationSection
@@ -210,6 +213,80 @@ def _np_dtype(np: Any, elfclass: int, little: bool) -> Any:
     return np.dtype([(n, order + codes[c]) for n, c in zip(names, rec.format[1:], strict=True)])
 
 
+@functools.cache
+def _structs(
+    elfclass: int, little: bool, kind: tuple[Any, Any, Any] | None = None
+) -> ELFStructs:
+    """pyelftools' declarations for one kind of ELF file: class and byte order, and for
+    all but the file header its (e_type, e_machine, EI_OSABI), as ELFFile builds them."""
+    s = ELFStructs(little_endian=little, elfclass=elfclass)
+    s.create_basic_structs()
+    if kind is not None:
+        s.create_advanced_structs(*kind)
+    return s
+
+
+class _ElfFile(ELFFile):
+    """pyelftools' ELFFile with its declarations built once per kind of file rather than
+    for every file opened: building them is half of ELFFile's constructor and most of a
+    small library's load (docs/elf.md). The same steps as ELFFile.__init__ otherwise
+    (tests/offline/read/test_elf.py compares the two objects)."""
+
+    def __init__(self, stream: Any) -> None:  # noqa: D107 - see the class
+        self.stream = stream
+        self.stream.seek(0, io.SEEK_END)
+        self.stream_len = self.stream.tell()
+        self._identify_file()
+        basic = _structs(self.elfclass, self.little_endian)
+        self.header = struct_parse(basic.Elf_Ehdr, self.stream, stream_pos=0)
+        kind = (self["e_type"], self["e_machine"], self["e_ident"]["EI_OSABI"])
+        self.structs = _structs(self.elfclass, self.little_endian, kind)
+        self.stream.seek(0)
+        self.e_ident_raw = self.stream.read(16)
+        self.stream_loader = None
+
+
+def header_record(decl: Any) -> tuple[struct.Struct, tuple[str, ...], list[tuple[str, Any]]] | None:
+    """A struct.Struct of a pyelftools declaration made of fixed-size numbers (construct
+    FormatFields, an enum's behind its MappingAdapter), its field names, and the enum
+    fields with their adapters; None for a declaration of other parts.
+
+    Headers are decoded a table at a time with it: construct parses one field at a time
+    through the stream, 20-30 us a section header, more than the rest of a file's load
+    for most libraries (docs/elf.md)."""
+    order, codes, names, enums = "", [], [], []
+    for c in decl.subcons:
+        field = c.subcon if isinstance(c, MappingAdapter) else c
+        if not isinstance(field, FormatField):
+            return None
+        fmt = field.packer.format
+        if order and fmt[0] != order:
+            return None
+        order = fmt[0]
+        codes.append(fmt[1:])
+        names.append(c.name)
+        if field is not c:
+            enums.append((c.name, c))
+    return struct.Struct(order + "".join(codes)), tuple(names), enums
+
+
+def _decoded(adapter: Any, v: int) -> Any:
+    """v through an enum's MappingAdapter, as its parse decodes it (its name, else by
+    the adapter's default: the number itself, a fixed value, or a MappingError)."""
+    got = adapter.decoding.get(v, _MISSING)
+    if got is not _MISSING:
+        return got
+    default = adapter.decdefault
+    if default is Pass:
+        return v
+    if default is NotImplemented:
+        raise MappingError(f"no decoding mapping for {v!r} [{adapter.subcon.name}]")
+    return default
+
+
+_MISSING = object()
+
+
 class ElfImage:
     """The structure of an ELF file in memory (bytes or an mmap), read by pyelftools:
     section headers and names, PT_LOAD segments, the GNU build id; symbol tables in bulk.
@@ -237,7 +314,7 @@ class ElfImage:
     def _read_headers(self) -> None:
         # an mmap is a file object of its own (seek, read) for pyelftools
         stream: Any = self.data if isinstance(self.data, mmap.mmap) else io.BytesIO(self.data)
-        elf = self.elf = ELFFile(stream)
+        elf = self.elf = _ElfFile(stream)
         self.is64 = elf.elfclass == 64
         self.little = elf.little_endian
         self.machine = elf["e_machine"]  # EM_* name (int when pyelftools knows none)
@@ -278,12 +355,21 @@ class ElfImage:
             raise FormatError(self.path, 0, f"{what} size {got}, not {want}")
 
     def _table(self, decl: Any, off: int, n: int, what: str) -> list[Any]:
-        """n headers of pyelftools' declaration decl from off on (each checked to be in
-        the file first: a corrupt count must not make a long loop)."""
+        """n headers of pyelftools' declaration decl from off on (the table checked to be
+        in the file first: a corrupt count must not make a long loop), as mappings of its
+        field names to what pyelftools' parse gives (enum fields by name)."""
         size = decl.sizeof()
         self._fits(off, n, size, what)
-        stream = self.elf.stream
-        return [struct_parse(decl, stream, off + k * size) for k in range(n)]
+        got = header_record(decl)
+        if got is None:  # a declaration of other parts: pyelftools parses each header
+            stream = self.elf.stream
+            return [struct_parse(decl, stream, off + k * size) for k in range(n)]
+        rec, names, enums = got
+        rows = [dict(zip(names, v)) for v in rec.iter_unpack(self.data[off : off + n * size])]
+        for name, adapter in enums:
+            for row in rows:
+                row[name] = _decoded(adapter, row[name])
+        return rows
 
     def _fits(self, off: int, n: int, size: int, what: str) -> None:
         if off + n * size > len(self.data):

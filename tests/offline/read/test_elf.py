@@ -6,7 +6,6 @@ symbol record is pyelftools' Elf_Sym."""
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import shutil
@@ -14,6 +13,7 @@ import subprocess
 
 import numpy
 import pytest
+from elftools.construct.lib.container import Container
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_ST_SHNDX
 from elftools.elf.structs import ELFStructs
@@ -21,7 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpfsym.formats.errors import FormatError
-from bpfsym.read.elf import ElfImage, ElfSymbols, load_elf_symbols, sym_record
+from bpfsym.read.elf import (
+    ElfImage,
+    ElfSymbols,
+    _decoded,
+    _ElfFile,
+    header_record,
+    load_elf_symbols,
+    sym_record,
+)
 from bpfsym.symbolize.user import ElfCache
 
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -283,7 +291,7 @@ def test_symbol_table_not_whole():
     i = img.section_by_name(".dynsym")
     assert i is not None
     at, shdr = _shdr_at(data, i)
-    h = copy.copy(img.sections[i])  # a pyelftools Container, as Elf_Shdr builds
+    h = Container(**img.sections[i])  # the header's fields, for Elf_Shdr to build
     h["sh_size"] -= 1
     raw = shdr.build(h)
     data[at : at + len(raw)] = raw
@@ -372,6 +380,56 @@ def test_sym_record_is_pyelftools_elf_sym(elfclass, little, raw):
         assert s.Elf_Sym.subcons[names.index(k)].parse(bytes([got[k]])) == want[k]
     w = want["st_shndx"]  # SHN_* names for the reserved indices
     assert got["st_shndx"] == (ENUM_ST_SHNDX[w] if isinstance(w, str) else w)
+
+
+@settings(max_examples=200)
+@given(
+    st.sampled_from([32, 64]),
+    st.booleans(),
+    st.sampled_from(["EM_X86_64", "EM_AARCH64", "EM_ARM", "EM_MIPS"]),
+    st.sampled_from(["Elf_Shdr", "Elf_Phdr"]),
+    st.binary(min_size=3 * 64, max_size=3 * 64),
+)
+def test_header_tables_decode_as_pyelftools_parses(elfclass, little, machine, name, raw):
+    """A section or program header table decoded at once (header_record) gives, header by
+    header, what pyelftools' construct parses: the same numbers and the same enum names
+    (the machine's own sh_type and p_type names, the number when it has none)."""
+    s = ELFStructs(little_endian=little, elfclass=elfclass)
+    s.create_basic_structs()
+    s.create_advanced_structs("ET_DYN", machine, "ELFOSABI_SYSV")
+    decl = getattr(s, name)
+    size = decl.sizeof()
+    raw = raw[: 3 * size]
+    got = header_record(decl)
+    assert got is not None
+    rec, names, enums = got
+    assert rec.size == size and [n for n, _ in enums] == [names[0] if name == "Elf_Phdr" else "sh_type"]
+    for k, values in enumerate(rec.iter_unpack(raw)):
+        row = dict(zip(names, values, strict=True))
+        for field, adapter in enums:
+            row[field] = _decoded(adapter, row[field])
+        want = decl.parse(raw[k * size : (k + 1) * size])
+        assert row == {n: want[n] for n in names}
+
+
+@pytest.mark.parametrize("path", [*BINARIES, "built"])
+def test_elf_file_with_shared_declarations_is_pyelftools_elffile(path, built):
+    """_ElfFile (declarations built once per kind of file) holds what ELFFile's own
+    constructor makes: the same attributes, header and declarations' layouts."""
+    path = built["i386.so"] if path == "built" else path
+    with open(path, "rb") as f, open(path, "rb") as g:
+        ours, theirs = _ElfFile(f), ELFFile(g)
+        assert sorted(vars(ours)) == sorted(vars(theirs))
+        assert ours.header == theirs.header and ours.e_ident_raw == theirs.e_ident_raw
+        assert (ours.elfclass, ours.little_endian) == (theirs.elfclass, theirs.little_endian)
+        for decl in ("Elf_Shdr", "Elf_Phdr", "Elf_Sym", "Elf_Rel", "Elf_Rela", "Elf_Nhdr"):
+            a, b = getattr(ours.structs, decl), getattr(theirs.structs, decl)
+            assert a.sizeof() == b.sizeof() and [c.name for c in a.subcons] == [
+                c.name for c in b.subcons
+            ]
+        assert [ours.get_section(i).header for i in range(ours.num_sections())] == [
+            theirs.get_section(i).header for i in range(theirs.num_sections())
+        ]
 
 
 PLT_BINARIES = ["/usr/bin/dd", "/usr/bin/bash", PERF]
