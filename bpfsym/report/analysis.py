@@ -168,13 +168,17 @@ def analyze_query(query: ReportQuery) -> Analysis:
 def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a report makes its many small objects.
 
-    They hold no cycles, and the collector would scan them again and again."""
+    They hold no cycles, and the collector would scan them again and again. When it is
+    switched back on, what was made meanwhile is frozen first (gc.freeze: kept out of
+    every later collection): else the next collection scans all of it at once, a third
+    of a second after a large call-graph report."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            gc.freeze()
             gc.enable()
 
 
@@ -185,14 +189,14 @@ def _read(query: ReportQuery, cap: Any) -> Analysis:
     stream = query.stream
     small = query.accelerate is None and stream is None and _size(query.path) < NUMPY_MIN_BYTES
     np = _numpy() if query.accelerate is not False and not small else None
-    from bpfsym.report.ordered import OrderedPass
-
     pd = PerfData(query.path, stream)
     with pd:
         if np is not None and stream is None:
             an = _bulk_analysis(pd, query, cap, np)
             if an is not None:
                 return an
+        from bpfsym.report.ordered import OrderedPass  # not imported for the bulk pass
+
         ordered = OrderedPass(pd, query, cap, np)
         ordered.run()
         return _with_runtime(_analysis(pd, ordered.sideband.sym, ordered.agg, query), cap)
@@ -201,13 +205,15 @@ def _read(query: ReportQuery, cap: Any) -> Analysis:
 def _bulk_analysis(pd: PerfData, query: ReportQuery, cap: Any, np: Any) -> Analysis | None:
     """The analysis by the bulk pass, or None (pd rewound) for the record-by-record one."""
     from bpfsym.report.bulk import BulkPass
-    from bpfsym.report.dwarf import has_user_stacks
     from bpfsym.report.window import bulk_refusal
 
     if bulk_refusal(pd) is not None:  # the header says so
         return None
-    if query.callchains and has_user_stacks(pd):
-        return None  # user stacks are unwound in the record-by-record pass (report.dwarf)
+    if query.callchains:
+        from bpfsym.report.dwarf import has_user_stacks  # the unwinder: only for -g
+
+        if has_user_stacks(pd):
+            return None  # user stacks are unwound in the record-by-record pass (report.dwarf)
     data = pd.bulk(np)  # None: not a regular file's whole words
     if data is None:
         return None

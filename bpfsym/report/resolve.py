@@ -70,6 +70,13 @@ class BulkDelivery:
                 apply(x.rtype, x.args, x.misc)
             return
         before = places(np, samples, sideband)
+        first = int(before.min())
+        if first:  # what goes out before every sample (the recording's initial kernel
+            # and module maps): applied now, so that kernel addresses resolve in bulk
+            for x in sideband[:first]:
+                apply(x.rtype, x.args, x.misc)
+            sideband = sideband[first:]
+            before = before - first
         self.acc.new_events(samples)
         mode = (samples["misc"] & 7).astype(np.int64)  # PERF_RECORD_MISC_CPUMODE_MASK
         addr, users = address_groups(np, samples, sideband, before, mode)

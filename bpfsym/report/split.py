@@ -26,7 +26,8 @@ WINDOW = 32 << 20  # bytes of records located and decoded at once
 
 PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
 
-FIRST_SHARE = 0.5  # of the file, read by the first of two processes
+FIRST_SHARE = 0.58  # of the file, read by the first of two processes (the second also reads
+# the side-band records of the first share and loads its own ELF files: docs/python-speed.md)
 
 TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 
@@ -135,31 +136,43 @@ def merge(bulk: BulkPass, body: tuple) -> None:
     """Add the other part's sums, its symbols made these when they are alike."""
     events, total, lost, seq, side_used, comms = body
     sym, agg, attrs = bulk.sideband.sym, bulk.agg, bulk.pd.attrs
-    same: dict[tuple, Sym] = {}
-    for ours in agg.events.values():
-        for key in ours.rows:
+    # each distinct symbol once (by object, in first-seen order), then by what it names
+    ours: dict[Sym, None] = {}
+    for st in agg.events.values():
+        for key in st.rows:
             for x in key:
                 if type(x) is Sym:
-                    same.setdefault(_sym_identity(x), x)
-        for _head, chain in ours.stacks:
-            for x in chain:
-                same.setdefault(_sym_identity(x), x)
-
-    def mine(x: Sym) -> Sym:
+                    ours[x] = None
+        for _head, chain in st.stacks:
+            ours.update(dict.fromkeys(chain))
+    same: dict[tuple, Sym] = {}
+    for x in ours:
+        same.setdefault(_sym_identity(x), x)
+    theirs: dict[Sym, None] = {}
+    for _e, _samples, _period, rows, stacks in events:
+        for key in rows:
+            for x in key:
+                if type(x) is Sym:
+                    theirs[x] = None
+        for _head, chain in stacks:
+            theirs.update(dict.fromkeys(chain))
+    mine: dict[Sym, Sym] = {}  # the other part's symbol -> this one's
+    for x in theirs:
         got = same.get(_sym_identity(x))
         if got is None:
             got = same[_sym_identity(x)] = x
             sym.adopt(x)
-        return got
+        mine[x] = got
+    as_mine = mine.__getitem__
 
     for e, samples, period, rows, stacks in events:
         st = agg.event(attrs[e])
         st.samples += samples
         st.period += period
         for key, (p, n) in rows.items():
-            add_to(st.rows, tuple(mine(x) if type(x) is Sym else x for x in key), p, n)
+            add_to(st.rows, tuple(mine[x] if type(x) is Sym else x for x in key), p, n)
         for (head, chain), (p, n) in stacks.items():
-            add_to(st.stacks, (head, tuple(mine(x) for x in chain)), p, n)
+            add_to(st.stacks, (head, tuple(map(as_mine, chain))), p, n)
     agg.total += total
     agg.lost += lost
     agg.records = max(bulk.seq, seq)  # the first process may stop before the end
