@@ -178,7 +178,12 @@ def run(args: argparse.Namespace) -> int:
     with gc_paused():
         text = render(an, query)
     _write(text)
+    _KEPT.append(an)  # freed with the process (cli.entry), not object by object on return
     return 0
+
+
+_KEPT: list = []  # analyses the process ends with: freeing one of millions of objects
+# one at a time took longer than some whole reports (docs/python-speed.md)
 
 
 def _write(text: str) -> None:

@@ -108,64 +108,84 @@ _SECOND = operator.itemgetter(1)
 
 
 def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
-    """Children overhead: the period of every stack an entry appears in (once per stack)."""
-    ids, cells, _ = _stack_cells(an, st)
+    """Children overhead: the period of every stack an entry appears in (once per stack).
+
+    On the stack tree: an entry's period is that of the nodes where it first appears on
+    the way from a root (each stack passes through one such node)."""
+    roots, cells = _stack_tree(an, st)
     totals = [0] * len(cells)
-    for cl, period in ids:
-        for c in set(cl):
-            totals[c] += period
+    on_path = [False] * len(cells)
+
+    def walk(kids: dict) -> None:
+        for node in kids.values():
+            c = node[0]
+            if on_path[c]:
+                if node[3]:
+                    walk(node[3])
+                continue
+            totals[c] += node[2]
+            if node[3]:
+                on_path[c] = True
+                walk(node[3])
+                on_path[c] = False
+
+    for kids in roots.values():
+        walk(kids)
     return dict(zip(cells, totals, strict=True))
 
 
-def _stack_cells(
-    an: Analysis, st: EventStats
-) -> tuple[list[tuple[list[int], int]], list[tuple[str, ...]], list[tuple[Sym, ...]]]:
-    """Per stack: the ids of its entries' cells (leaf first) and its period; the cells of
-    each id; the stacks' symbols. Made once per event (children and graphs share it)."""
+def _stack_tree(an: Analysis, st: EventStats) -> tuple[dict[tuple, dict], list[tuple[str, ...]]]:
+    """The event's stacks as a tree per head (the stack's comm, pid, cpu), from the
+    outermost caller to the leaf: node = [cell id, name, period of the stacks through
+    it, children by symbol]; and the cells of each id. Made once per event (children and
+    graphs share it). Stacks share their callers' paths, so the tree has a third or less
+    of the nodes the stacks have entries."""
     got = an.stack_cells.get(id(st))
     if got is not None:
         return got
     cell_id: dict[tuple[str, ...], int] = {}
     cells: list[tuple[str, ...]] = []
-    by_head: dict[tuple, dict[Sym, int]] = {}
-    ids: list[tuple[list[int], int]] = []
-    chains: list[tuple[Sym, ...]] = []
+    roots: dict[tuple, dict] = {}
     keys = an.keys
     nhead = sum(1 for k in keys if k in STACK_HEAD_KEYS)
     split = all(k in STACK_HEAD_KEYS for k in keys[:nhead])  # head columns, then symbol's
-    heads: dict[tuple, tuple[str, ...]] = {}
     tails: dict[Sym, tuple[str, ...]] = {}
+
+    def cell_of(head: tuple, head_cells: tuple[str, ...] | None, s: Sym) -> int:
+        if head_cells is not None:
+            tail = tails.get(s)
+            if tail is None:
+                tail = tails[s] = tuple(_cell(x, "", 0, -1, s, s.start) for x in keys[nhead:])
+            c = head_cells + tail
+        else:
+            c = _cells_for(an, head, s)
+        i = cell_id.get(c)
+        if i is None:
+            i = cell_id[c] = len(cells)
+            cells.append(c)
+        return i
+
+    head_of: dict[tuple, tuple[tuple[str, ...] | None, dict[Sym, int]]] = {}
     for (head, syms), (period, _n) in st.stacks.items():
-        hc = by_head.get(head)
-        if hc is None:
-            hc = by_head[head] = {}
+        kids = roots.get(head)
+        if kids is None:
+            kids = roots[head] = {}
+            head_cells = None
             if split:
                 comm, tid, cpu, _, _ = an.layout.unpack((*head, None, 0))
-                heads[head] = tuple(_cell(k, comm, tid, cpu, None, 0) for k in keys[:nhead])  # type: ignore[arg-type]
-        get = hc.get
-        cl = [get(s) for s in syms]
-        if None in cl:
-            for k, s in enumerate(syms):
-                i = hc.get(s)
-                if i is None:
-                    if split:
-                        tail = tails.get(s)
-                        if tail is None:
-                            tail = tails[s] = tuple(
-                                _cell(x, "", 0, -1, s, s.start) for x in keys[nhead:]
-                            )
-                        c = heads[head] + tail
-                    else:
-                        c = _cells_for(an, head, s)
-                    i = cell_id.get(c)
-                    if i is None:
-                        i = cell_id[c] = len(cells)
-                        cells.append(c)
-                    hc[s] = i
-                cl[k] = i
-        ids.append((cl, period))  # type: ignore[arg-type]
-        chains.append(syms)
-    got = an.stack_cells[id(st)] = (ids, cells, chains)
+                head_cells = tuple(_cell(k, comm, tid, cpu, None, 0) for k in keys[:nhead])  # type: ignore[arg-type]
+            head_of[head] = (head_cells, {})
+        for s in reversed(syms):
+            node = kids.get(s)
+            if node is None:
+                head_cells, ids = head_of[head]
+                c = ids.get(s)
+                if c is None:
+                    c = ids[s] = cell_of(head, head_cells, s)
+                node = kids[s] = [c, s.name, 0, {}]
+            node[2] += period
+            kids = node[3]
+    got = an.stack_cells[id(st)] = (roots, cells)
     return got
 
 
@@ -258,11 +278,12 @@ def render_stdio(an: Analysis, side: str | None, limit: float, slices: str | Non
         children = _children(an, st) if an.callchains and st.stacks else None
         if children is not None:
             selfp = {c: p for c, p, _ in rows}
-            entries = sorted(
-                set(children) | set(selfp),
-                key=lambda c: (-children.get(c, selfp.get(c, 0)), c),
-            )
-            lines = [(c, children.get(c, selfp.get(c, 0)), selfp.get(c, 0)) for c in entries]
+            overall = dict(selfp)  # children overhead, else (no stack) the self
+            overall.update(children)
+            entries = sorted(overall)  # by cells, then (stable) largest first
+            entries.sort(key=overall.__getitem__, reverse=True)
+            sget = selfp.get
+            lines = [(c, overall[c], sget(c, 0)) for c in entries]
         else:
             lines = [(c, p, p) for c, p, _ in rows]
         lines = [x for x in lines if 100.0 * x[1] / total >= limit]
@@ -289,6 +310,18 @@ def render_stdio(an: Analysis, side: str | None, limit: float, slices: str | Non
             # the plain overhead table: one format string for every line
             fmt = "{:9.2f}%  " + "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{}"
             out.extend(fmt.format(100.0 * p / total, *c).rstrip() for c, p, _ in lines)
+            out.append("")
+            continue
+        if children is not None and runtime is None:  # one format for the cells of each line
+            fmt = "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{:<" + str(widths[-1]) + "}"
+            append, extend, get = out.append, out.extend, graphs.get
+            for c, p_children, p_self in lines:
+                pc, ps = 100.0 * p_children / total, 100.0 * p_self / total
+                append(f"{pc:9.2f}% {ps:9.2f}%  " + fmt.format(*c).rstrip())
+                g = get(c)
+                if g:
+                    extend(g)
+                    append("")
             out.append("")
             continue
         for c, p_children, p_self in lines:
@@ -326,27 +359,44 @@ def _runtime_cells(an: Analysis) -> Any:
 def _graphs(
     an: Analysis, st: EventStats, lines: list, total: int, graph_min: float = GRAPH_MIN_PERCENT
 ) -> dict[tuple, list[str]]:
-    """Callee trees under each entry with enough children overhead."""
-    ids, cells, chains = _stack_cells(an, st)
+    """Callee trees under each entry with enough children overhead.
+
+    An entry's callee tree merges, by name, what lies below each node of the stack tree
+    where the entry first appears on the way from a root; one walk of the stack tree
+    carries the places reached in the callee trees of the entries above it."""
+    roots, cells = _stack_tree(an, st)
     want = {c for c, pc, _ in lines if 100.0 * pc / total >= graph_min}
     want_ids = [c in want for c in cells]
+    on_path = [False] * len(cells)
     trees: dict[int, dict] = {}
-    for (cl, period), syms in zip(ids, chains, strict=True):
-        seen = set()
-        # syms are leaf first: walk from the root so an entry's callees come after it
-        for pos in range(len(cl) - 1, -1, -1):
-            c = cl[pos]
-            if not want_ids[c] or c in seen:
-                continue
-            seen.add(c)
-            node = trees.setdefault(c, {})
-            for q in range(pos - 1, -1, -1):
-                name = syms[q].name
-                child = node.get(name)
+
+    def walk(kids: dict, active: list[dict]) -> None:
+        for c, name, period, sub in kids.values():
+            below = []
+            for place in active:
+                child = place.get(name)
                 if child is None:
-                    child = node[name] = [0, {}]
+                    child = place[name] = [0, {}]
                 child[0] += period
-                node = child[1]
+                below.append(child[1])
+            if not sub:
+                continue
+            if want_ids[c] and not on_path[c]:
+                tree = trees.get(c)
+                if tree is None:
+                    tree = trees[c] = {}
+                below.append(tree)
+                on_path[c] = True
+                walk(sub, below)
+                on_path[c] = False
+            else:
+                walk(sub, below)
+
+    for kids in roots.values():
+        walk(kids, [])
+    for i, c in enumerate(cells):  # an entry seen only as a leaf: an empty tree, as before
+        if want_ids[i] and i not in trees:
+            trees[i] = {}
     out = {}
     for c, tree in trees.items():
         lines_: list[str] = []
@@ -355,11 +405,15 @@ def _graphs(
     return out
 
 
+def _by_period_name(x: tuple[str, list]) -> tuple[int, str]:
+    return (-x[1][0], x[0])
+
+
 def _render_tree(
     node: dict, total: int, indent: str, out: list[str], graph_min: float = GRAPH_MIN_PERCENT
 ) -> None:
-    items = sorted(node.items(), key=lambda x: (-x[1][0], x[0]))
-    items = [x for x in items if 100.0 * x[1][0] / total >= graph_min]
+    items = [x for x in node.items() if 100.0 * x[1][0] / total >= graph_min]
+    items.sort(key=_by_period_name)  # the filter first: fewer to sort
     for i, (name, (period, children)) in enumerate(items):
         last = i == len(items) - 1
         out.append(f"{indent}{'`' if last else '|'}--{100.0 * period / total:.2f}%-- {name}")
