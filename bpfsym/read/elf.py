@@ -587,12 +587,19 @@ class PltTable:
         self._rels, self._rel, self._rel_size = rels, rel, rel.sizeof()
         self._syms, self._sym, self._sym_size = syms, sym, sym.sizeof()
         self._strtab = strtab
+        self._names: dict[int, str] = {}  # each stub's name parsed once (construct: ~30 us)
 
     def index(self, vaddr: int) -> int:
         """The entry covering vaddr, -1 outside the stubs."""
         return (vaddr - self.lo) // self.entry if self.lo <= vaddr < self.hi else -1
 
     def name(self, i: int) -> str:
+        got = self._names.get(i)
+        if got is None:
+            got = self._names[i] = self._name(i)
+        return got
+
+    def _name(self, i: int) -> str:
         at = i * self._rel_size
         idx = self._rel.parse(self._rels[at : at + self._rel_size])["r_info_sym"]
         at = idx * self._sym_size
