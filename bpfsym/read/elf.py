@@ -1,8 +1,8 @@
 """ELF files for user-space symbols: headers, PT_LOAD segments, build id, function
 symbols (also from a build-id debug file) and the PLT stubs perf names name@plt.
 
-pyelftools reads the structure: the file header (its ELFFile, with its declarations built
-once per kind of file), the section names, the notes and the build id, the PLT
+pyelftools reads the structure: the file header (its declarations, built once per kind of
+file; _ElfFile stands in for its ELFFile), the section names, the notes and the build id, the PLT
 relocations. Arrays of fixed-size records are decoded in bulk with a struct.Struct derived
 from pyelftools' own declaration: symbol tables (Elf_Sym; numpy for big ones), because
 iterating them through pyelftools is 15 to 175 times slower (bench/elf_speed.py), and the
@@ -33,7 +33,7 @@ from elftools.common.utils import struct_parse
 from elftools.construct import ConstructError
 from elftools.construct.adapters import MappingAdapter, MappingError
 from elftools.construct.core import FormatField, Pass
-from elftools.elf.elffile import ELFFile
+from elftools.elf.constants import SHN_INDICES
 from elftools.elf.enums import ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE, ENUM_ST_SHNDX
 from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import NoteSection, StringTableSection
@@ -53,6 +53,7 @@ STB_GLOBAL = ENUM_ST_INFO_BIND["STB_GLOBAL"]
 STB_WEAK = ENUM_ST_INFO_BIND["STB_WEAK"]
 SHN_UNDEF = ENUM_ST_SHNDX["SHN_UNDEF"]
 PN_XNUM = 0xFFFF  # e_phnum saying the count is elsewhere (pyelftools has no name for it)
+SHN_XINDEX = SHN_INDICES.SHN_XINDEX  # e_shstrndx saying the index is elsewhere
 
 
 @dataclass
@@ -226,24 +227,34 @@ def _structs(
     return s
 
 
-class _ElfFile(ELFFile):
-    """pyelftools' ELFFile with its declarations built once per kind of file rather than
-    for every file opened: building them is half of ELFFile's constructor and most of a
-    small library's load (docs/elf.md). The same steps as ELFFile.__init__ otherwise
-    (tests/offline/read/test_elf.py compares the two objects)."""
+class _ElfFile:
+    """What ElfImage and pyelftools' section classes (NoteSection, StringTableSection,
+    RelocationSection) use of an ELFFile: the stream, class, byte order, file header and
+    declarations. Not pyelftools' ELFFile itself: importing elftools.elf.elffile pulls in
+    its DWARF modules (~10 ms of every report's start-up), and its constructor builds ~20
+    declarations for every file opened, half of a small library's load; here they are
+    built once per kind of file (_structs). The file is identified as ELFFile does (its
+    errors, its messages); tests/offline/read/test_elf.py compares the two."""
 
-    def __init__(self, stream: Any) -> None:  # noqa: D107 - see the class
+    def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self.stream.seek(0, io.SEEK_END)
-        self.stream_len = self.stream.tell()
-        self._identify_file()
-        basic = _structs(self.elfclass, self.little_endian)
-        self.header = struct_parse(basic.Elf_Ehdr, self.stream, stream_pos=0)
-        kind = (self["e_type"], self["e_machine"], self["e_ident"]["EI_OSABI"])
-        self.structs = _structs(self.elfclass, self.little_endian, kind)
-        self.stream.seek(0)
-        self.e_ident_raw = self.stream.read(16)
-        self.stream_loader = None
+        stream.seek(0)
+        ident = stream.read(6)  # EI_MAG0..3, EI_CLASS, EI_DATA
+        if ident[:4] != b"\x7fELF":
+            raise ELFError("Magic number does not match")
+        elfclass = {b"\x01": 32, b"\x02": 64}.get(ident[4:5])
+        if elfclass is None:
+            raise ELFError(f"Invalid EI_CLASS {ident[4:5]!r}")
+        little = {b"\x01": True, b"\x02": False}.get(ident[5:6])
+        if little is None:
+            raise ELFError(f"Invalid EI_DATA {ident[5:6]!r}")
+        self.elfclass, self.little_endian = elfclass, little
+        self.header = struct_parse(_structs(elfclass, little).Elf_Ehdr, stream, stream_pos=0)
+        kind = (self.header["e_type"], self.header["e_machine"], self.header["e_ident"]["EI_OSABI"])
+        self.structs = _structs(elfclass, little, kind)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.header[name]
 
 
 def header_record(decl: Any) -> tuple[struct.Struct, tuple[str, ...], list[tuple[str, Any]]] | None:
@@ -327,11 +338,15 @@ class ElfImage:
             size = st.Elf_Shdr.sizeof()
             self._check_entsize(elf["e_shentsize"], size, "section header")
             self._fits(elf["e_shoff"], 1, size, "section header")  # section 0, read next
-            n = elf.num_sections()  # e_shnum, or section 0's sh_size (gABI extended numbering)
+            n = elf["e_shnum"]  # else section 0's sh_size (gABI extended numbering)
+            if not n:
+                n = self._table(st.Elf_Shdr, elf["e_shoff"], 1, "section header")[0]["sh_size"]
             self.sections = self._table(st.Elf_Shdr, elf["e_shoff"], n, "section header")
         self.names = [""] * len(self.sections)
         self._at, self._what = elf["e_shoff"], "section names"
-        shstrndx = elf.get_shstrndx() if self.sections else 0  # SHN_XINDEX: in section 0
+        shstrndx = elf["e_shstrndx"] if self.sections else 0
+        if shstrndx == SHN_XINDEX:  # the index is section 0's sh_link (gABI)
+            shstrndx = self.sections[0]["sh_link"]
         if 0 < shstrndx < len(self.sections) and self.sections[shstrndx]["sh_type"] != "SHT_NOBITS":
             self._in_file(shstrndx)
             tab = StringTableSection(self.sections[shstrndx], "", elf)
@@ -343,7 +358,7 @@ class ElfImage:
         self._at, self._what = elf["e_phoff"], "program header"
         phnum = elf["e_phnum"] if elf["e_phoff"] else 0
         if phnum == PN_XNUM and self.sections:
-            phnum = elf.num_segments()  # section 0's sh_info (gABI extended numbering)
+            phnum = self.sections[0]["sh_info"]  # gABI extended numbering
         if phnum:
             self._check_entsize(elf["e_phentsize"], st.Elf_Phdr.sizeof(), "program header")
             for p in self._table(st.Elf_Phdr, elf["e_phoff"], phnum, "program header"):
