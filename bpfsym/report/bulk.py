@@ -23,7 +23,14 @@ from bpfsym.report.query import ReportQuery
 from bpfsym.report.resolve import BulkDelivery
 from bpfsym.report.rounds import Rounds
 from bpfsym.report.sideband import Sideband
-from bpfsym.report.split import SINGLE, Share, run_split, shares
+from bpfsym.report.split import (
+    FIRST_SHARE,
+    FIRST_SHARE_CHAINS,
+    SINGLE,
+    Share,
+    run_split,
+    shares,
+)
 from bpfsym.report.window import WindowReader, bulk_refusal
 
 
@@ -54,7 +61,8 @@ class BulkPass:
         self.seq = 0  # records read
 
     def run(self) -> None:
-        halves = shares(self.data.nwords * 8, self.query.parallel)
+        first = FIRST_SHARE_CHAINS if self.query.callchains else FIRST_SHARE
+        halves = shares(self.data.nwords * 8, self.query.parallel, first)
         if halves is None:
             self.read(SINGLE)
         else:

@@ -28,6 +28,7 @@ PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what 
 
 FIRST_SHARE = 0.58  # of the file, read by the first of two processes (the second also reads
 # the side-band records of the first share and loads its own ELF files: docs/python-speed.md)
+FIRST_SHARE_CHAINS = 0.52  # the same with call chains: per sample work dwarfs those costs
 
 TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 
@@ -58,7 +59,9 @@ class Share(NamedTuple):
 SINGLE = Share(WINDOW, None)
 
 
-def shares(size: int, parallel: bool | None) -> tuple[Share, Share] | None:
+def shares(
+    size: int, parallel: bool | None, first_share: float = FIRST_SHARE
+) -> tuple[Share, Share] | None:
     """When two processes should share the samples of a data section of size bytes (a
     large file and a second CPU; parallel forces it either way): the first's and the
     second's share; None to read it in one."""
@@ -71,7 +74,7 @@ def shares(size: int, parallel: bool | None) -> tuple[Share, Share] | None:
             return None
     elif not parallel or size < 16:
         return None
-    first = max(int(size * FIRST_SHARE) // 8 * 8, 8)
+    first = max(int(size * first_share) // 8 * 8, 8)
     k = -(-first // WINDOW)
     m = max(-(-(size - first) // WINDOW), 1)
     share = [max(-(-first // (8 * k)) * 8, 8)] * k

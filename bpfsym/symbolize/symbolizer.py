@@ -76,6 +76,8 @@ class Symbolizer(UserResolver):
         self.kcache: dict[int, Any] = {}
         self.kgen = 0  # bumped whenever kcache is dropped
         self.ucache: dict[int, dict[int, Sym]] = {}
+        self.knode: dict[int, Sym] = {}  # call-chain nodes (raw when unresolved), by address
+        self.unode: dict[int, dict[int, Sym]] = {}  # the same per pid, for user addresses
         self.ugen: dict[int, int] = {}  # per pid, bumped whenever its maps change
         self.maps: dict[int, list[MapEntry]] = {}
         self.map_starts: dict[int, list[int]] = {}
@@ -213,6 +215,7 @@ class Symbolizer(UserResolver):
 
     def _drop_kcache(self) -> None:
         self.kcache.clear()
+        self.knode.clear()
         self.kgen += 1
 
     # ---- lookups -------------------------------------------------------
@@ -225,16 +228,16 @@ class Symbolizer(UserResolver):
         The sample's own entry comes first; a call-chain node without a symbol is named by
         its raw address, as perf's children entries are (machine.c add_callchain_ip keeps
         the ip, callchain.c fill_callchain_info), so the sample's map-relative entry and
-        the node can be two entries."""
+        the node can be two entries. Nodes are cached by address (knode, unode: dropped
+        with kcache and ucache), raw ones too."""
         out: list[Sym] = []
-        ips: list[int] = []
         add = out.append
         mode = cpumode
         timeless = True
         first = True
-        own_first = False
-        kcache = self.kcache
-        ucache = self.ucache.get(pid)
+        own: Sym | None = None  # the sample's own entry, when the chain starts elsewhere
+        knode = self.knode
+        unode = self.unode.get(pid)
         for e in chain:
             if e >= F.CONTEXT_MAX:
                 mode = CONTEXT_MODES.get(e, 0)
@@ -242,49 +245,49 @@ class Symbolizer(UserResolver):
             if first:
                 first = False
                 if e != ip:
-                    add(self.resolve(cpumode, pid, ip, t))
-                    own_first = True
-            ips.append(e)
-            # resolve() with its caches looked at here first (the common case)
+                    own = self.resolve(cpumode, pid, ip, t)
             if mode == F.MISC_KERNEL:
-                c = kcache.get(e)
-                if type(c) is Sym:
-                    add(c)
-                    continue
-                add(self.resolve_kernel(e, t))
-                if type(kcache.get(e)) is tuple:
-                    timeless = False
+                s = knode.get(e)
+                if s is None:
+                    s = self.resolve_kernel(e, t)
+                    if s.origin is UNRESOLVED:
+                        s = self.unresolved(s.dso, s.kind, e, s.reason)
+                    if type(self.kcache.get(e)) is tuple:
+                        timeless = False  # BPF code: which function depends on the time
+                    else:
+                        knode[e] = s
+                add(s)
             elif mode == F.MISC_USER:
-                s = ucache.get(e) if ucache is not None else None
+                s = unode.get(e) if unode is not None else None
                 if s is None:
                     s = self.resolve_user(pid, e)
-                    ucache = self.ucache.get(pid)
+                    if s.origin is UNRESOLVED:
+                        s = self.unresolved(s.dso, s.kind, e, s.reason)
+                    unode = self.unode.get(pid)
+                    if unode is None:
+                        unode = self.unode[pid] = {}
+                    unode[e] = s
                 add(s)
             else:
-                add(self.resolve(mode, pid, e, t))
+                s = self.resolve(mode, pid, e, t)
+                add(self.unresolved(s.dso, s.kind, e, s.reason) if s.origin is UNRESOLVED else s)
         if first:
             out.append(self.resolve(cpumode, pid, ip, t))
-        elif any(x.origin is UNRESOLVED for x in out):
-            out = self._raw_nodes(out, ips, own_first, cpumode, pid, ip, t)
+        elif any(x.origin is UNRESOLVED for x in out) or (
+            own is not None and own.origin is UNRESOLVED
+        ):
+            # the sample's own entry kept before the nodes when it has no symbol and is not
+            # the first node already (a resolved one that differs from the chain's start
+            # is left out, as perf's children entries)
+            if own is None:
+                own = self.resolve(cpumode, pid, ip, t)
+            if own.origin is UNRESOLVED and (not out or out[0] is not own):
+                out.insert(0, own)
+        elif own is not None:
+            out.insert(0, own)
         if cpumode == F.MISC_KERNEL and type(self.kcache.get(ip)) is tuple:
             timeless = False
         return tuple(out), timeless
-
-    def _raw_nodes(
-        self, out: list[Sym], ips: list[int], own_first: bool, cpumode: int, pid: int, ip: int,
-        t: int | None,
-    ) -> list[Sym]:  # fmt: skip
-        """resolve_chain's nodes without a symbol renamed by their raw address, the
-        sample's own (map-relative) entry kept before them when it differs."""
-        own = out[0] if own_first else self.resolve(cpumode, pid, ip, t)
-        nodes = out[1:] if own_first else out
-        fixed = [
-            self.unresolved(s.dso, s.kind, e, s.reason) if s.origin is UNRESOLVED else s
-            for s, e in zip(nodes, ips, strict=True)
-        ]
-        if own.origin is UNRESOLVED and (not fixed or fixed[0] is not own):
-            return [own, *fixed]
-        return fixed
 
     def demangle(self) -> None:
         """Name C++ user-space symbols as perf does (demangled, without parameters)."""

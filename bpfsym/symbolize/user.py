@@ -83,6 +83,7 @@ class UserResolver:
     maps: dict[int, list[MapEntry]]
     map_starts: dict[int, list[int]]
     ucache: dict[int, dict[int, Sym]]
+    unode: dict[int, dict[int, Sym]]
     ugen: dict[int, int]  # per pid, bumped whenever its maps change
     comms: dict[int, str]
     build_ids: dict[str, str]
@@ -136,6 +137,7 @@ class UserResolver:
 
     def _drop_ucache(self, pid: int) -> None:
         self.ucache.pop(pid, None)
+        self.unode.pop(pid, None)
         self.ugen[pid] = self.ugen.get(pid, 0) + 1
 
     def thread_comm(self, tid: int) -> str:
