@@ -215,9 +215,7 @@ def _np_dtype(np: Any, elfclass: int, little: bool) -> Any:
 
 
 @functools.cache
-def _structs(
-    elfclass: int, little: bool, kind: tuple[Any, Any, Any] | None = None
-) -> ELFStructs:
+def _structs(elfclass: int, little: bool, kind: tuple[Any, Any, Any] | None = None) -> ELFStructs:
     """pyelftools' declarations for one kind of ELF file: class and byte order, and for
     all but the file header its (e_type, e_machine, EI_OSABI), as ELFFile builds them."""
     s = ELFStructs(little_endian=little, elfclass=elfclass)
@@ -325,7 +323,10 @@ class ElfImage:
     def _read_headers(self) -> None:
         # an mmap is a file object of its own (seek, read) for pyelftools
         stream: Any = self.data if isinstance(self.data, mmap.mmap) else io.BytesIO(self.data)
-        elf = self.elf = _ElfFile(stream)
+        # typed Any: pyelftools types its section classes for ELFFile; they use only what
+        # the stand-in has (stream, structs, header)
+        elf: Any = _ElfFile(stream)
+        self.elf = elf
         self.is64 = elf.elfclass == 64
         self.little = elf.little_endian
         self.machine = elf["e_machine"]  # EM_* name (int when pyelftools knows none)
@@ -380,7 +381,8 @@ class ElfImage:
             stream = self.elf.stream
             return [struct_parse(decl, stream, off + k * size) for k in range(n)]
         rec, names, enums = got
-        rows = [dict(zip(names, v)) for v in rec.iter_unpack(self.data[off : off + n * size])]
+        table = self.data[off : off + n * size]
+        rows = [dict(zip(names, v, strict=True)) for v in rec.iter_unpack(table)]
         for name, adapter in enums:
             for row in rows:
                 row[name] = _decoded(adapter, row[name])

@@ -394,9 +394,6 @@ def _graphs(
 
     for kids in roots.values():
         walk(kids, [])
-    for i, c in enumerate(cells):  # an entry seen only as a leaf: an empty tree, as before
-        if want_ids[i] and i not in trees:
-            trees[i] = {}
     out = {}
     for c, tree in trees.items():
         lines_: list[str] = []

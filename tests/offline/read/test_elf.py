@@ -405,7 +405,9 @@ def test_header_tables_decode_as_pyelftools_parses(elfclass, little, machine, na
     got = header_record(decl)
     assert got is not None
     rec, names, enums = got
-    assert rec.size == size and [n for n, _ in enums] == [names[0] if name == "Elf_Phdr" else "sh_type"]
+    assert rec.size == size and [n for n, _ in enums] == [
+        names[0] if name == "Elf_Phdr" else "sh_type"
+    ]
     for k, values in enumerate(rec.iter_unpack(raw)):
         row = dict(zip(names, values, strict=True))
         for field, adapter in enums:
