@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import json
 import os
 import re
 import subprocess
@@ -388,6 +389,51 @@ def test_option_agrees_with_perf(path: str, option: str) -> None:
     if case is None:
         pytest.skip(f"nothing for {option} to work on in this file")
     assert case.ok, case.describe()
+
+
+PT_FILE = os.path.join(P.CORPUS, "quipper__perf.data.intel_pt-4.14")
+
+
+def _row_samples(r: P.Reading) -> dict[str, collections.Counter]:
+    """Per event: samples per row key (perf's -n column)."""
+    return {
+        sec.event: collections.Counter({row.key: row.samples or 0 for row in sec.rows})
+        for sec in r.sections
+    }
+
+
+def _json_samples(path: str, args: list[str]) -> dict[str, collections.Counter]:
+    argv = [*bpfsym_argv(path, "comm,dso,sym", args), "--json"]
+    doc = json.loads(subprocess.run(argv, capture_output=True, check=True).stdout)
+    return {
+        ev["name"]: collections.Counter(
+            {(r["comm"], r["dso"], r["sym"]): r["samples"] for r in ev["rows"] if r["samples"]}
+        )
+        for ev in doc["events"]
+        if ev["samples"]
+    }
+
+
+def test_intel_pt_time_span_is_perfs_whole_trace_decode_not_its_restarted_one() -> None:
+    """Where perf is wrong: with `--time a,b` on an Intel PT file perf restarts its decoder
+    at a (intel-pt.c time_ranges) and reports what a restart makes up: a cbr sample for a
+    CBR packet whose ratio did not change, psb samples in the restart's unknown mode. Its
+    own decode of the whole trace (`--time ,b` less `--time ,a-1us`) has neither; bpfsym
+    reports that span of the whole trace."""
+    args, keys = option_args(PT_FILE, "time")
+    a, b = args[1].split(",")
+    before = f"{float(a) - 1e-6:.6f}"
+    upto = _row_samples(perf_reading(PT_FILE, keys, ["--time", f",{b}"]))
+    head = _row_samples(perf_reading(PT_FILE, keys, ["--time", f",{before}"]))
+    whole = {e: upto[e] - head.get(e, collections.Counter()) for e in upto}
+    whole = {e: c for e, c in whole.items() if c}
+    restarted = _row_samples(perf_reading(PT_FILE, keys, args))
+    restarted = {e: c for e, c in restarted.items() if sum(c.values())}
+    assert restarted != whole  # perf's artifact (if perf stops making it, say so in docs)
+    assert sum(restarted.get("cbr", collections.Counter()).values()) > sum(
+        whole.get("cbr", collections.Counter()).values()
+    )
+    assert _json_samples(PT_FILE, args) == whole
 
 
 def test_the_selection_exercises_the_options() -> None:
