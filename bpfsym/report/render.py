@@ -150,12 +150,20 @@ def _stack_tree(an: Analysis, st: EventStats) -> tuple[dict[tuple, dict], list[t
     nhead = sum(1 for k in keys if k in STACK_HEAD_KEYS)
     split = all(k in STACK_HEAD_KEYS for k in keys[:nhead])  # head columns, then symbol's
     tails: dict[Sym, tuple[str, ...]] = {}
+    tail_keys = keys[nhead:]
+    sym_cells = (
+        [SYM_CELLS[k] for k in tail_keys] if all(k in SYM_CELLS for k in tail_keys) else None
+    )
 
     def cell_of(head: tuple, head_cells: tuple[str, ...] | None, s: Sym) -> int:
         if head_cells is not None:
             tail = tails.get(s)
             if tail is None:
-                tail = tails[s] = tuple(_cell(x, "", 0, -1, s, s.start) for x in keys[nhead:])
+                if sym_cells is not None:  # the symbol's own columns: straight from it
+                    tail = tuple([f(s) for f in sym_cells])
+                else:
+                    tail = tuple(_cell(x, "", 0, -1, s, s.start) for x in tail_keys)
+                tails[s] = tail
             c = head_cells + tail
         else:
             c = _cells_for(an, head, s)

@@ -238,15 +238,16 @@ class Symbolizer(UserResolver):
         own: Sym | None = None  # the sample's own entry, when the chain starts elsewhere
         knode = self.knode
         unode = self.unode.get(pid)
+        context_max, kernel, user = F.CONTEXT_MAX, F.MISC_KERNEL, F.MISC_USER  # locals: hot
         for e in chain:
-            if e >= F.CONTEXT_MAX:
+            if e >= context_max:
                 mode = CONTEXT_MODES.get(e, 0)
                 continue
             if first:
                 first = False
                 if e != ip:
                     own = self.resolve(cpumode, pid, ip, t)
-            if mode == F.MISC_KERNEL:
+            if mode == kernel:
                 s = knode.get(e)
                 if s is None:
                     s = self.resolve_kernel(e, t)
@@ -257,7 +258,7 @@ class Symbolizer(UserResolver):
                     else:
                         knode[e] = s
                 add(s)
-            elif mode == F.MISC_USER:
+            elif mode == user:
                 s = unode.get(e) if unode is not None else None
                 if s is None:
                     s = self.resolve_user(pid, e)
