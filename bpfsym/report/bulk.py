@@ -66,6 +66,7 @@ class BulkPass:
         if halves is None:
             self.read(SINGLE)
         else:
+            self.sideband.prepare_early()  # once, for both processes
             run_split(self, *halves)
         if not self.sideband.ready:
             self.sideband.prepare()

@@ -84,6 +84,14 @@ class Sideband:
         self.sym.set_header(h.bpf_progs, h.btfs, h.build_ids, self.pd.little)
         self.header_set = True
 
+    def prepare_early(self) -> None:
+        """prepare() now when the kernel symbols cannot depend on side-band records (a
+        --kallsyms file, a --symfs, a side file): only the host's kallsyms wait for the
+        recorded kernel map's relocation (symbolize.kernel). The bulk pass does this before
+        it forks, so its two processes parse the kallsyms once."""
+        if self.kallsyms or self.symfs or self.cap is not None:
+            self.prepare()
+
     def prepare(self) -> None:
         """Choose the kernel symbols: before the first sample is delivered."""
         sym = self.sym
