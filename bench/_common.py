@@ -88,3 +88,14 @@ def kernel_kallsyms(where: str) -> str:
                 break
             o.write(line)
     return out
+
+
+def count_samples(path: str) -> int:
+    """The SAMPLE records of a perf.data, as `perf report --stats` counts them."""
+    out = subprocess.run(
+        ["perf", "report", "-i", path, "--stats"], capture_output=True, text=True, check=True
+    ).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("SAMPLE events:"):
+            return int(line.split()[2])
+    return 0

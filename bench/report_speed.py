@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import interleaved, kernel_kallsyms, print_interleaved  # noqa: E402
+from _common import count_samples, interleaved, kernel_kallsyms, print_interleaved  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BPF_OBJ = os.path.join(ROOT, "tests", "fixtures", "perfdata", "xdp_spin.bpf.o")
@@ -62,16 +62,6 @@ def record(path: str, seconds: int, freq: int) -> None:
     finally:
         subprocess.run(["rm", "-f", PIN])
         os.unlink(pkt.name)
-
-
-def count_samples(path: str) -> int:
-    out = subprocess.run(
-        ["perf", "report", "-i", path, "--stats"], capture_output=True, text=True, check=True
-    ).stdout
-    for line in out.splitlines():
-        if line.strip().startswith("SAMPLE events:"):
-            return int(line.split()[2])
-    return 0
 
 
 def main() -> int:

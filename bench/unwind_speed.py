@@ -31,10 +31,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import print_ratio, timed  # noqa: E402
+from _common import count_samples, interleaved, kernel_kallsyms, print_ratio, timed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "tests", "fixtures", "dwarf")
@@ -54,27 +53,6 @@ def record(path: str, freq: int, rounds: int, stack: int) -> None:
     )  # fmt: skip
 
 
-def kernel_kallsyms() -> str:
-    """The /proc/kallsyms lines up to the first BPF one, in a temporary file."""
-    out = os.path.join(tempfile.mkdtemp(prefix="bpfsym-bench-unwind-"), "kallsyms")
-    with open("/proc/kallsyms") as f, open(out, "w") as o:
-        for line in f:
-            if line.rstrip().endswith("[bpf]"):
-                break
-            o.write(line)
-    return out
-
-
-def count_samples(path: str) -> int:
-    out = subprocess.run(
-        ["perf", "report", "-i", path, "--stats"], capture_output=True, text=True, check=True
-    ).stdout
-    for line in out.splitlines():
-        if line.strip().startswith("SAMPLE events:"):
-            return int(line.split()[2])
-    return 0
-
-
 def consume(path: str) -> None:
     """Unwind every sample (the timed run of bpfsym), then say how it went."""
     from bpfsym.symbolize.unwind import unwind_samples
@@ -86,19 +64,6 @@ def consume(path: str) -> None:
             frames += len(s.user.ips)
             stopped += s.user.reason is not None
     print(f"{n} samples, {frames} user frames, {stopped} stopped early")
-
-
-def interleaved(cmds: list[list[str]], repeat: int, cwd: str) -> list[list[float]]:
-    """Wall times of each command, run in turn (a, b, a, b, ...) repeat times."""
-    times: list[list[float]] = [[] for _ in cmds]
-    for _ in range(repeat):
-        for cmd, got in zip(cmds, times, strict=True):
-            t0 = time.perf_counter()
-            subprocess.run(
-                cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            got.append(time.perf_counter() - t0)
-    return times
 
 
 def main() -> int:
@@ -125,7 +90,7 @@ def main() -> int:
         print("warning: fewer than 50k samples; raise --rounds or --freq", file=sys.stderr)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
-    kallsyms = kernel_kallsyms()
+    kallsyms = kernel_kallsyms(tempfile.mkdtemp(prefix="bpfsym-bench-unwind-"))
     ours = [sys.executable, "-P", "-m", "bpfsym", "report", "-i", path, "--no-side", "-g",
             "--stdio", "--kallsyms", kallsyms]  # fmt: skip
     theirs = ["perf", "report", "-i", path, "--stdio", "--kallsyms", kallsyms]
@@ -138,7 +103,8 @@ def main() -> int:
                 if not more.startswith("#   "):
                     break
                 print(more)
-    t_ours, t_perf = interleaved([ours, theirs], args.repeat, ROOT)
+    got = interleaved({"ours": (ours, ROOT), "perf": (theirs, ROOT)}, args.repeat)
+    t_ours, t_perf = ([wall for wall, _cpu in got[k]] for k in ("ours", "perf"))
     print(f"bpfsym report -g --stdio: {' '.join(f'{t:.2f}' for t in t_ours)} s")
     print(f"perf report --stdio:      {' '.join(f'{t:.2f}' for t in t_perf)} s")
     print_ratio("min, report -g vs perf report --stdio", min(t_ours), min(t_perf))
