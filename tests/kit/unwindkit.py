@@ -1,9 +1,11 @@
-"""perf's own readings (perf script chains, children totals) of tests/fixtures/dwarf."""
+"""tests/fixtures/dwarf's programs built and recorded with --call-graph dwarf (the live
+tests), and perf's own readings of them (perf script chains, children totals)."""
 
 from __future__ import annotations
 
 import collections
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +13,49 @@ HERE = Path(__file__).resolve().parent
 
 
 FIX = HERE.parent / "fixtures" / "dwarf"
+
+
+def build(out: Path, *targets: str) -> None:
+    """make the fixture's targets (dwarfdemo: "all"; "tp_attach") into out."""
+    subprocess.run(["make", "-s", "-C", str(FIX), f"OUTPUT={out}", *targets], check=True)
+
+
+def record(data: Path, *cmd: str) -> None:
+    """perf record -e cpu-clock -F 999 --call-graph dwarf of cmd into data."""
+    subprocess.run(
+        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf",
+         "-o", str(data), "--", *cmd],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def record_cpu(tmp: Path) -> tuple[Path, Path]:
+    """dwarfdemo built in tmp and recorded burning CPU: (the program, its perf.data)."""
+    build(tmp, "all")
+    prog = (tmp / "dwarfdemo").resolve()
+    data = tmp / "perf.data"
+    record(data, str(prog), "cpu", "2500")
+    return prog, data
+
+
+def record_under_sysenter(tmp: Path) -> tuple[Path, Path]:
+    """dwarfdemo making system calls while tp_attach holds the raw_tp/sys_enter program
+    sysenter_burn attached: (the program, its perf.data)."""
+    build(tmp, "all", "tp_attach")
+    prog = (tmp / "dwarfdemo").resolve()
+    data = tmp / "perf.data"
+    att = subprocess.Popen(
+        [str(tmp / "tp_attach"), str(tmp / "sysenter_burn.bpf.o")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert att.stdout is not None and att.stdout.readline().strip() == "ready"
+        record(data, str(prog), "syscall", "25")
+    finally:
+        assert att.stdin is not None
+        att.stdin.close()
+        att.wait(60)
+    return prog, data
 
 
 def perf_script_chains(text: str) -> dict[tuple[int, int], list[tuple[int, str]]]:

@@ -17,25 +17,12 @@ from pathlib import Path
 
 from kit import perfcompat as P
 from kit.livekit import bpfsym_run
-from kit.unwindkit import script_stacks
+from kit.unwindkit import record_cpu, record_under_sysenter, script_stacks
 
-SRC = Path(__file__).resolve().parents[2] / "fixtures" / "dwarf"
 OURS = {"hot_leaf", "syscall_leaf", "stage_three", "side_path", "stage_two", "stage_one",
         "run_outer", "main", "_start"}  # fmt: skip
 DEEP = ["_start", "main", "run_outer", "stage_one", "stage_two"]  # root first
 LIMIT = 0.5  # percentage points
-
-
-def build(out: Path, *targets: str) -> None:
-    subprocess.run(["make", "-s", "-C", str(SRC), f"OUTPUT={out}", *targets], check=True)
-
-
-def record(data: Path, *cmd: str) -> None:
-    subprocess.run(
-        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf",
-         "-o", str(data), "--", *cmd],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
 
 
 def perf(data: Path, *args: str) -> bytes:
@@ -104,10 +91,7 @@ def assert_chains_equal(got: collections.Counter, want: collections.Counter, sto
 
 
 def test_children_totals_and_chains_equal_perfs(tmp_path):
-    build(tmp_path, "all")
-    prog = (tmp_path / "dwarfdemo").resolve()
-    data = tmp_path / "perf.data"
-    record(data, str(prog), "cpu", "2500")
+    prog, data = record_cpu(tmp_path)
     theirs = children_table(
         perf(data, "report", "--stdio", "--children", "--sort", "sym", "-g", "none", "--no-inline")
     )
@@ -136,20 +120,7 @@ def test_children_totals_and_chains_equal_perfs(tmp_path):
 def test_bpf_program_under_the_unwound_system_call(tmp_path):
     """Samples in the raw_tp/sys_enter program: the user call path that entered the
     system call, then the kernel chain up to the program, as perf shows them."""
-    build(tmp_path, "all", "tp_attach")
-    prog = (tmp_path / "dwarfdemo").resolve()
-    data = tmp_path / "perf.data"
-    att = subprocess.Popen(
-        [str(tmp_path / "tp_attach"), str(tmp_path / "sysenter_burn.bpf.o")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert att.stdout is not None and att.stdout.readline().strip() == "ready"
-        record(data, str(prog), "syscall", "25")
-    finally:
-        assert att.stdin is not None
-        att.stdin.close()
-        att.wait(60)
+    prog, data = record_under_sysenter(tmp_path)
     want = perf_stacks(data)
     got = bpfsym_stacks(data)
     assert_chains_equal(got, want, unwind_header(report(data, "--stdio", "-g"))[0])

@@ -14,23 +14,9 @@ import subprocess
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
-from kit.unwindkit import perf_children, perf_script_chains
+from kit.unwindkit import perf_children, perf_script_chains, record_cpu, record_under_sysenter
 
 from bpfsym.symbolize import unwind as U
-
-SRC = Path(__file__).resolve().parents[2] / "fixtures" / "dwarf"
-
-
-def build(out: Path, *targets: str) -> None:
-    subprocess.run(["make", "-s", "-C", str(SRC), f"OUTPUT={out}", *targets], check=True)
-
-
-def record(data: Path, *cmd: str) -> None:
-    subprocess.run(
-        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf",
-         "-o", str(data), "--", *cmd],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
 
 
 def perf_out(data: Path, *args: str) -> str:
@@ -76,10 +62,7 @@ def perf_view(s: U.UnwoundSample) -> list[int]:
 
 
 def test_children_and_chains_equal_perfs(tmp_path):
-    build(tmp_path, "all")
-    prog = (tmp_path / "dwarfdemo").resolve()
-    data = tmp_path / "perf.data"
-    record(data, str(prog), "cpu", "2500")
+    prog, data = record_cpu(tmp_path)
     perf = script(data)
     funcs = functions(prog)
     mine = {name for _lo, _hi, name in funcs}
@@ -117,20 +100,7 @@ def test_children_and_chains_equal_perfs(tmp_path):
 def test_bpf_program_under_a_system_call(tmp_path):
     """Samples in a raw_tp/sys_enter program: the kernel chain, then the user path that
     entered the system call, unwound; equal to perf's."""
-    build(tmp_path, "all", "tp_attach")
-    prog = (tmp_path / "dwarfdemo").resolve()
-    data = tmp_path / "perf.data"
-    att = subprocess.Popen(
-        [str(tmp_path / "tp_attach"), str(tmp_path / "sysenter_burn.bpf.o")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert att.stdout is not None and att.stdout.readline().strip() == "ready"
-        record(data, str(prog), "syscall", "25")
-    finally:
-        assert att.stdin is not None
-        att.stdin.close()
-        att.wait(60)
+    prog, data = record_under_sysenter(tmp_path)
     perf = script(data)
     funcs = functions(prog)
     n = 0
