@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bpfsym.model import KernelSymbol
-from bpfsym.read.arrays import hex_column
+from bpfsym.read.arrays import kallsyms_lines
 
 NAMED_TYPES = b"tTwW"
 
@@ -130,23 +130,13 @@ def _columns(text: str, np: Any) -> tuple[Any, Any] | None:
         raw += b"\n"
     if any(raw.find(bytes([c])) >= 0 for c in _BREAKS):  # (a search per byte: memchr)
         return None
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 10)
-    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
-    width = raw.find(b" ")
-    if width <= 0 or width > 16 or bool((ends - starts < width + 4).any()):
+    got = kallsyms_lines(np, raw)
+    if got is None:
         return None
+    buf, starts, _ends, width, addr = got
     graphic = np.zeros(256, dtype=bool)
     graphic[0x21:0x7F] = True
-    if bool(
-        (buf[starts + width] != 32).any()
-        or (buf[starts + width + 2] != 32).any()
-        or (~graphic[buf[starts + width + 1]]).any()
-        or (~graphic[buf[starts + width + 3]]).any()
-    ):
-        return None
-    addr = hex_column(np, buf, starts, width)
-    if addr is None:
+    if bool((~graphic[buf[starts + width + 1]]).any() or (~graphic[buf[starts + width + 3]]).any()):
         return None
     named = np.zeros(256, dtype=bool)
     named[list(NAMED_TYPES)] = True

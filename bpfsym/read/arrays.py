@@ -33,3 +33,22 @@ def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
             return None
         addr = (addr << np.uint64(4)) | d
     return addr
+
+
+def kallsyms_lines(np: Any, raw: bytes) -> tuple[Any, Any, Any, int, Any] | None:
+    """The columns of a kallsyms text (raw: ASCII ending in a newline): (its bytes as
+    uint8, each line's start and end, the address width, the addresses); None unless every
+    line is `<hex address of one width> <one byte> <at least one byte>` (the type byte
+    between two spaces)."""
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    width = raw.find(b" ")
+    if width <= 0 or width > 16 or bool((ends - starts < width + 4).any()):
+        return None
+    if bool((buf[starts + width] != 32).any() or (buf[starts + width + 2] != 32).any()):
+        return None
+    addr = hex_column(np, buf, starts, width)
+    if addr is None:
+        return None
+    return buf, starts, ends, width, addr

@@ -13,7 +13,7 @@ from typing import Any
 
 from bpfsym.errors import FormatError
 from bpfsym.model import Capture, KernelSymbol
-from bpfsym.read.arrays import hex_column
+from bpfsym.read.arrays import kallsyms_lines
 
 KALLSYMS_TYPES = set("TtWwDdBbul")  # perf's symbol_type__filter for kallsyms
 
@@ -104,17 +104,10 @@ class KernelSymbols:
         if not text.endswith("\n"):
             text += "\n"
         raw = text.encode("ascii")
-        buf = np.frombuffer(raw, dtype=np.uint8)
-        ends = np.flatnonzero(buf == 10)
-        starts = np.concatenate(([0], ends[:-1] + 1))
-        width = text.find(" ")
-        if width <= 0 or width > 16 or bool((ends - starts < width + 4).any()):
+        got = kallsyms_lines(np, raw)
+        if got is None:
             return False
-        if bool((buf[starts + width] != 32).any() or (buf[starts + width + 2] != 32).any()):
-            return False
-        addr = hex_column(np, buf, starts, width)
-        if addr is None:
-            return False
+        buf, starts, ends, width, addr = got
         wanted = np.zeros(256, dtype=bool)
         wanted[list(KALLSYMS_TYPES_B)] = True
         # lines ending "\t[bpf]": read_host_kallsyms cut those, so this is other text
