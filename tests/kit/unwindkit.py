@@ -4,15 +4,64 @@ tests), and perf's own readings of them (perf script chains, children totals).""
 from __future__ import annotations
 
 import collections
+import lzma
+import os
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+
+from bpfsym.formats import perf as K
+from bpfsym.read.perfdata import PerfData
 
 HERE = Path(__file__).resolve().parent
 
 
 FIX = HERE.parent / "fixtures" / "dwarf"
+# the binaries the offline fixtures' chains run through, by the base name perf recorded
+BINARIES = {
+    "dwarfdemo": "dwarfdemo",
+    "dwarfdemo_df": "dwarfdemo_df",
+    "libc.so.6": "libc.so.6.cfi.xz",
+    "ld-linux-x86-64.so.2": "ld-linux-x86-64.so.2.cfi.xz",
+}
+
+
+def fixture_file(base: str, dest: Path) -> Path:
+    """The fixture's copy of the binary perf recorded as .../base, written to dest."""
+    src = FIX / BINARIES[base]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.suffix == ".xz":
+        with lzma.open(src) as f:
+            dest.write_bytes(f.read())
+    else:
+        shutil.copyfile(src, dest)
+    return dest
+
+
+def recorded_files(data: Path) -> list[str]:
+    """The file names of a perf.data's MMAP2 records."""
+    with PerfData(str(data)) as pd:
+        return sorted(
+            {
+                pd.L.mmap2.parse(bytes(buf[start + 8 : start + size])).filename
+                for rtype, _m, buf, start, size, _o in pd.records()
+                if rtype == K.RECORD_MMAP2
+            }
+        )
+
+
+def symfs_root(tmp: Path, data: Path, skip: tuple[str, ...] = ()) -> Path:
+    """A --symfs root (tmp/root) holding the fixture's binaries at the paths data recorded,
+    but those in skip."""
+    root = tmp / "root"
+    root.mkdir(parents=True, exist_ok=True)
+    for f in recorded_files(data):
+        base = os.path.basename(f)
+        if base in BINARIES and base not in skip:
+            fixture_file(base, root / f.lstrip("/"))
+    return root
 
 
 def build(out: Path, *targets: str) -> None:

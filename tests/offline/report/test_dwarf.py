@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import collections
 import json
-import lzma
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,20 +23,13 @@ from pathlib import Path
 import pytest
 from kit import perfcompat as P
 from kit import pproftext
-from kit.unwindkit import script_stacks
+from kit.unwindkit import FIX, script_stacks, symfs_root
 
 from bpfsym.formats import perf as K
 from bpfsym.read.perfdata import PerfData
 from bpfsym.report.analysis import analyze_query
 from bpfsym.report.query import ReportQuery
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "dwarf"
-BINARIES = {
-    "dwarfdemo": "dwarfdemo",
-    "dwarfdemo_df": "dwarfdemo_df",
-    "libc.so.6": "libc.so.6.cfi.xz",
-    "ld-linux-x86-64.so.2": "ld-linux-x86-64.so.2.cfi.xz",
-}
 # dwarfdemo.c's functions, and crt1.o's _start (in dwarfdemo too)
 OURS = {"hot_leaf", "syscall_leaf", "stage_three", "side_path", "stage_two", "stage_one",
         "run_outer", "main", "signal_work", "on_signal", "_start"}  # fmt: skip
@@ -47,37 +38,6 @@ LIMIT = 0.5  # percentage points
 
 
 # ---- the binaries under a --symfs root ----------------------------------------------------
-
-
-def recorded_files(data: Path) -> list[str]:
-    """The file names of a perf.data's MMAP2 records."""
-    with PerfData(str(data)) as pd:
-        return sorted(
-            {
-                pd.L.mmap2.parse(bytes(buf[start + 8 : start + size])).filename
-                for rtype, _m, buf, start, size, _o in pd.records()
-                if rtype == K.RECORD_MMAP2
-            }
-        )
-
-
-def symfs(tmp: Path, data: Path, skip: tuple[str, ...] = ()) -> Path:
-    """A --symfs root holding the fixture's binaries at the paths the file recorded."""
-    root = tmp / "root"
-    root.mkdir(parents=True, exist_ok=True)
-    for f in recorded_files(data):
-        base = os.path.basename(f)
-        if base not in BINARIES or base in skip:
-            continue
-        dest = root / f.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        src = FIX / BINARIES[base]
-        if src.suffix == ".xz":
-            with lzma.open(src) as fh:
-                dest.write_bytes(fh.read())
-        else:
-            shutil.copyfile(src, dest)
-    return root
 
 
 # ---- running both -----------------------------------------------------------------------
@@ -201,7 +161,7 @@ def compare_children(theirs: dict, ours: dict, names: set[str] | None = None) ->
 @pytest.mark.parametrize("name", FIXTURES)
 def test_children_totals_equal_perfs(tmp_path, name):
     data = FIX / f"{name}.data"
-    root = symfs(tmp_path, data)
+    root = symfs_root(tmp_path, data)
     theirs = perf_children(data, root)
     ours = bpfsym_children(data, root)
     assert compare_children(theirs, ours, OURS) >= 5
@@ -216,7 +176,7 @@ def test_children_totals_equal_perfs(tmp_path, name):
 def test_caller_chains_equal_perfs(tmp_path, name):
     """Every sample's chain, frame by frame (kernel part, then the unwound user part)."""
     data = FIX / f"{name}.data"
-    root = symfs(tmp_path, data)
+    root = symfs_root(tmp_path, data)
     theirs = perf_stacks(data, root)
     ours = bpfsym_stacks(data, root)
     assert sum(theirs.values()) > 200
@@ -230,7 +190,7 @@ def test_bpf_samples_show_the_user_path_into_the_syscall(tmp_path):
     root first, the user path that made the system call, then the kernel chain to the
     program, as perf script shows them."""
     data = FIX / "bpf.data"
-    root = symfs(tmp_path, data)
+    root = symfs_root(tmp_path, data)
     text = bpfsym("-i", str(data), "--folded", "--symfs", str(root)).decode()
     n = 0
     for line in text.splitlines():
@@ -251,7 +211,7 @@ def test_bpf_samples_show_the_user_path_into_the_syscall(tmp_path):
 
 def test_json_and_pprof_carry_the_unwound_stacks(tmp_path):
     data = FIX / "cpu.data"
-    root = symfs(tmp_path, data)
+    root = symfs_root(tmp_path, data)
     theirs = perf_children(data, root)
     doc = json.loads(bpfsym("-i", str(data), "--json", "-g", "--sort", "sym", "--symfs", str(root)))
     assert doc["user_stacks"] == {"samples": 312, "stopped": {}}
@@ -269,7 +229,7 @@ def test_bulk_pass_leaves_dwarf_files_to_the_ordered_one(tmp_path):
     """With a call graph asked, numpy's pass does not take the file (it would not unwind);
     without one it may, and the flat rows are the same."""
     data = str(FIX / "cpu.data")
-    root = str(symfs(tmp_path, FIX / "cpu.data"))
+    root = str(symfs_root(tmp_path, FIX / "cpu.data"))
     q = ReportQuery(path=data, keys=("sym",), accelerate=True, parallel=False, symfs=root)
     flat = analyze_query(q)
     graph = analyze_query(ReportQuery(**{**q.__dict__, "callchains": True}))
@@ -289,8 +249,8 @@ def test_missing_binary_is_counted_and_the_leaf_kept(tmp_path):
     """Without the C library: chains stop at its first frame (perf's too), the samples say
     so in the header and in --json, and dwarfdemo's totals are still perf's."""
     data = FIX / "cpu.data"
-    full = perf_stacks(data, symfs(tmp_path / "full", data))
-    root = symfs(tmp_path / "nolibc", data, skip=("libc.so.6",))
+    full = perf_stacks(data, symfs_root(tmp_path / "full", data))
+    root = symfs_root(tmp_path / "nolibc", data, skip=("libc.so.6",))
     theirs = perf_children(data, root)
     ours = bpfsym_children(data, root)
     assert compare_children(theirs, ours, OURS) >= 5
@@ -304,7 +264,7 @@ def test_missing_binary_is_counted_and_the_leaf_kept(tmp_path):
     doc = json.loads(bpfsym("-i", str(data), "--json", "-g", "--symfs", str(root)))
     assert doc["user_stacks"] == {"samples": 312, "stopped": {"binary missing (libc.so.6)": 312}}
     # without dwarfdemo itself: each sample keeps its leaf alone
-    root = symfs(tmp_path / "noprog", data, skip=("dwarfdemo",))
+    root = symfs_root(tmp_path / "noprog", data, skip=("dwarfdemo",))
     h = header(bpfsym("-i", str(data), "--stdio", "-g", "--symfs", str(root)))
     assert h["binary missing (dwarfdemo)"] >= 300
     stacks = bpfsym_stacks(data, root)
@@ -345,7 +305,7 @@ def truncated_copy(src: Path, dest: Path, keep: int) -> int:
 def test_truncated_stack_copies_are_counted(tmp_path):
     data = tmp_path / "cut.data"
     assert truncated_copy(FIX / "cpu.data", data, 96) > 300
-    root = symfs(tmp_path, FIX / "cpu.data")
+    root = symfs_root(tmp_path, FIX / "cpu.data")
     h = header(bpfsym("-i", str(data), "--stdio", "-g", "--symfs", str(root)))
     # perf marks a chain whose stack read failed with a last entry of -1 (0 - 1, shown
     # as ffffffffffffffff [unknown]); it also cannot read the copy's last word, where

@@ -8,7 +8,6 @@ root or build-id cache, so nothing of the machine running the tests is read.
 
 from __future__ import annotations
 
-import lzma
 import os
 import random
 import shutil
@@ -20,9 +19,13 @@ from elftools.elf.elffile import ELFFile
 from hypothesis import given
 from hypothesis import strategies as st
 from kit.unwindkit import (
+    BINARIES,
     FIX,
+    fixture_file,
     perf_children,
     perf_script_chains,
+    recorded_files,
+    symfs_root,
 )
 
 from bpfsym.read import user_stack as R
@@ -31,13 +34,6 @@ from bpfsym.symbolize import cfi as C
 from bpfsym.symbolize import unwind as U
 from bpfsym.symbolize import unwind_stops as S
 
-# the binaries a fixture's chains run through, by the base name perf recorded
-BINARIES = {
-    "dwarfdemo": "dwarfdemo",
-    "dwarfdemo_df": "dwarfdemo_df",
-    "libc.so.6": "libc.so.6.cfi.xz",
-    "ld-linux-x86-64.so.2": "ld-linux-x86-64.so.2.cfi.xz",
-}
 FIXTURES = ("cpu", "signal", "bpf")
 OURS = ("hot_leaf", "syscall_leaf", "stage_three", "side_path", "stage_two", "stage_one",
         "run_outer", "main", "signal_work", "on_signal")  # fmt: skip
@@ -51,40 +47,6 @@ def perf_text(name: str, what: str) -> str:
 
 
 # ---- the binaries, laid out where the unwinder finds them --------------------------------
-
-
-def fixture_file(base: str, dest: Path) -> Path:
-    """The fixture's copy of the binary perf recorded as .../base, written to dest."""
-    src = FIX / BINARIES[base]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if src.suffix == ".xz":
-        with lzma.open(src) as f:
-            dest.write_bytes(f.read())
-    else:
-        shutil.copyfile(src, dest)
-    return dest
-
-
-def recorded_files(name: str) -> list[str]:
-    """The file names of the MMAP2 records of a fixture."""
-    with PerfData(str(FIX / f"{name}.data")) as pd:
-        return sorted(
-            {
-                pd.L.mmap2.parse(bytes(buf[start + 8 : start + size])).filename
-                for rtype, _m, buf, start, size, _o in pd.records()
-                if rtype == 10
-            }
-        )
-
-
-def root_layout(tmp: Path, name: str, skip: tuple[str, ...] = ()) -> Path:
-    """A --symfs-like root holding the fixture's binaries at their recorded paths."""
-    root = tmp / "root"
-    for f in recorded_files(name):
-        base = os.path.basename(f)
-        if base in BINARIES and base not in skip:
-            fixture_file(base, root / f.lstrip("/"))
-    return root
 
 
 def build_id_of(path: Path) -> str:
@@ -116,7 +78,7 @@ def unwinder_for(tmp: Path, name: str, **kw) -> U.Unwinder:
     under a private root (-z recordings have no build ids at all)."""
     with_ids = tuple(header_build_ids(name))
     return U.Unwinder(
-        root=str(root_layout(tmp, name, skip=with_ids)),
+        root=str(symfs_root(tmp, FIX / f"{name}.data", skip=with_ids)),
         buildid_dir=str(buildid_layout(tmp)),
         debug_dirs=(),
         **kw,
@@ -347,7 +309,7 @@ def test_truncated_stacks_say_so(tmp_path):
 
 def test_missing_binaries_say_so(tmp_path):
     perf = perf_script_chains(perf_text("cpu", "perf-script"))
-    root = root_layout(tmp_path / "a", "cpu", skip=("libc.so.6",))
+    root = symfs_root(tmp_path / "a", FIX / "cpu.data", skip=("libc.so.6",))
     uw = U.Unwinder(root=str(root), buildid_dir=str(tmp_path / "none"), debug_dirs=())
     n = 0
     for s in samples("cpu", uw):
@@ -361,7 +323,7 @@ def test_missing_binaries_say_so(tmp_path):
             n += 1
     assert n > 200
     # without dwarfdemo itself: the leaf alone
-    root = root_layout(tmp_path / "b", "cpu", skip=("dwarfdemo",))
+    root = symfs_root(tmp_path / "b", FIX / "cpu.data", skip=("dwarfdemo",))
     uw = U.Unwinder(root=str(root), buildid_dir=str(tmp_path / "none"), debug_dirs=())
     for s in samples("cpu", uw):
         m = s.maps(s.user.ips[0])
@@ -372,8 +334,8 @@ def test_missing_binaries_say_so(tmp_path):
 def test_binary_replaced_by_another_build(tmp_path):
     """A file at the recorded path with another build id is not used; perf's build-id
     cache copy is."""
-    root = root_layout(tmp_path, "cpu")
-    for f in recorded_files("cpu"):
+    root = symfs_root(tmp_path, FIX / "cpu.data")
+    for f in recorded_files(FIX / "cpu.data"):
         if os.path.basename(f) == "dwarfdemo":
             fixture_file("dwarfdemo_df", root / f.lstrip("/"))
     uw = U.Unwinder(root=str(root), buildid_dir=str(buildid_layout(tmp_path)), debug_dirs=())
@@ -385,8 +347,8 @@ def test_binary_replaced_by_another_build(tmp_path):
 
 def test_binary_without_cfi(tmp_path):
     """dwarfdemo with its .eh_frame renamed away; and an address no FDE covers."""
-    root = root_layout(tmp_path, "signal")
-    for f in recorded_files("signal"):
+    root = symfs_root(tmp_path, FIX / "signal.data")
+    for f in recorded_files(FIX / "signal.data"):
         if os.path.basename(f) == "dwarfdemo":
             p = root / f.lstrip("/")
             data = bytearray(p.read_bytes())
