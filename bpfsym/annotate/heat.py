@@ -26,7 +26,7 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.model import Capture
-from bpfsym.read.bulk import BulkData, NotBulk
+from bpfsym.read.bulk import BulkData, NotBulk, file_size, load_numpy, usable_cpus
 from bpfsym.read.perfdata import SPECIAL_RECORDS, PerfData
 from bpfsym.read.samples import field_offsets
 from bpfsym.symbolize.symbols import FROM_SIDE
@@ -50,7 +50,7 @@ class Beside:
         self.path, self.capture = path, capture
         self.pid: int | None = None
         self.fd = -1
-        if not (hasattr(os, "fork") and _size(path) >= BESIDE_MIN_BYTES and _cpus() >= 2):
+        if not (hasattr(os, "fork") and file_size(path) >= BESIDE_MIN_BYTES and usable_cpus() >= 2):
             return
         if load_numpy() is None:
             return
@@ -100,7 +100,7 @@ def bpf_sample_counts(
     """prog id -> native address -> samples, for every sample that fell in BPF code."""
     timeline = capture_timeline(capture, FROM_SIDE)
     if progress is None:
-        np = load_numpy() if _size(path) >= BULK_MIN_BYTES else None
+        np = load_numpy() if file_size(path) >= BULK_MIN_BYTES else None
         if np is not None:
             with PerfData(path) as pd:
                 data = _bulk_data(pd, np)
@@ -266,27 +266,3 @@ def place(np: Any, timeline: BpfTimeline, ips: Any, times: Any) -> Heat:
             if c and fn is not None and fn.prog is not None:
                 out[fn.prog.id][ip] += c
     return {k: dict(v) for k, v in out.items()}
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0  # PerfData says what is wrong with it
-
-
-def load_numpy() -> Any:
-    """numpy, or None where it is not installed (annotate then reads record by record)."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the report: numpy starts faster
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bpfsym.annotate import bpfinsn, jitdis
-from bpfsym.annotate.heat import load_numpy
 from bpfsym.annotate.ksyms import KernelNames, TextNames
 from bpfsym.model import Capture, Function, KernelSymbol, LineEntry, Program
+from bpfsym.read.bulk import load_numpy
 from bpfsym.read.kallsyms import capture_kernel_symbols
 
 _RED, _GREEN, _BOLD, _RESET = "\033[31m", "\033[32m", "\033[1m", "\033[0m"

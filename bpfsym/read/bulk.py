@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,33 @@ if TYPE_CHECKING:
 
 MAX_RECORD = 1 << 16  # header.size is a u16
 AUXTRACE = 71  # PERF_RECORD_AUXTRACE
+
+
+def file_size(path: str) -> int:
+    """The file's size; 0 when it cannot be seen (its reader then says what is wrong)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: whether a second reading process is worth it."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_numpy() -> Any:
+    """numpy, or None where it is not installed (the readers then go record by record)."""
+    # no linear algebra here: one BLAS thread starts faster (numpy's import spawns them)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 class NotBulk(Exception):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -18,7 +17,7 @@ from typing import Any
 
 from bpfsym.errors import FormatError
 from bpfsym.live.host import HostKallsyms
-from bpfsym.read.bulk import NotBulk
+from bpfsym.read.bulk import NotBulk, file_size, load_numpy
 from bpfsym.read.perfdata import PerfData
 from bpfsym.report.aggregates import Aggregates, EventStats, add_to
 from bpfsym.report.query import DEFAULT_KEYS, KeyLayout, ReportQuery
@@ -187,8 +186,8 @@ def _read(query: ReportQuery, cap: Any) -> Analysis:
     the file allows it, else (or when it refuses the file mid-way) the record-by-record
     pass, which then reports any real format error."""
     stream = query.stream
-    small = query.accelerate is None and stream is None and _size(query.path) < NUMPY_MIN_BYTES
-    np = _numpy() if query.accelerate is not False and not small else None
+    small = query.accelerate is None and stream is None and file_size(query.path) < NUMPY_MIN_BYTES
+    np = load_numpy() if query.accelerate is not False and not small else None
     pd = PerfData(query.path, stream)
     with pd:
         if np is not None and stream is None:
@@ -237,23 +236,6 @@ def _rewind(pd: PerfData) -> None:
 def _with_runtime(an: Analysis, cap: Any) -> Analysis:
     an.runtime, an.stats_every = prog_runtime(cap)
     return an
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0  # PerfData says what is wrong with it
-
-
-def _numpy() -> Any:
-    # no linear algebra here: one BLAS thread starts faster (numpy's import spawns them)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
 
 
 def latest_comms(agg: Aggregates, layout: KeyLayout, comms: dict[int, str]) -> None:

@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, NamedTuple
 
-from bpfsym.read.bulk import NotBulk
+from bpfsym.read.bulk import NotBulk, usable_cpus
 from bpfsym.report.aggregates import add_to
 from bpfsym.symbolize.symbols import Sym
 
@@ -66,10 +66,7 @@ def shares(
     large file and a second CPU; parallel forces it either way): the first's and the
     second's share; None to read it in one."""
     if parallel is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
+        cpus = usable_cpus()
         if size < PARALLEL_MIN_BYTES or cpus < 2:
             return None
     elif not parallel or size < 16:

@@ -207,7 +207,7 @@ def test_counting_beside_gives_the_counts_and_the_errors_of_counting_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     monkeypatch.setattr(heat, "BESIDE_MIN_BYTES", 0)  # the fixture is small
-    monkeypatch.setattr(heat, "_cpus", lambda: 2)
+    monkeypatch.setattr(heat, "usable_cpus", lambda: 2)
     cap = read_capture(SIDE + ".bpfsym")
     beside = heat.Beside(SIDE, cap)
     assert beside.pid is not None
