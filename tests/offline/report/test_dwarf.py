@@ -166,9 +166,9 @@ def test_children_totals_equal_perfs(tmp_path, name):
     ours = bpfsym_children(data, root)
     assert compare_children(theirs, ours, OURS) >= 5
     # and perf's reading when the file was recorded, with the recording machine's files
-    stored = P.parse_report((FIX / f"{name}.perf-children.txt").read_bytes())
-    assert stored
-    recorded = children_table((FIX / f"{name}.perf-children.txt").read_bytes())
+    text = (FIX / f"{name}.perf-children.txt").read_bytes()
+    assert P.parse_report(text)
+    recorded = children_table(text)
     assert compare_children(recorded, ours, OURS) >= 5
 
 
