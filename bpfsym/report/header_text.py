@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from bpfsym.errors import FormatError
+from bpfsym.formats import bpf as B
+from bpfsym.formats import fixed_head, integers, struct_of
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.formats import struct_of
 from bpfsym.formats.bpf import prog_info_values
 from bpfsym.read.features import parse_bpf_btf, parse_bpf_prog_info
 
@@ -64,6 +65,7 @@ CLOCK_NAMES = {  # header.c clockid_name
     0: "realtime", 1: "monotonic", 4: "monotonic_raw", 7: "boottime", 11: "tai",
 }  # fmt: skip
 
+_FUNC_INFO_TYPE_ID = fixed_head(B.func_info, "type_id")[0].size  # its offset in a record
 ATTR_SIZE = K.PERF_ATTR_SIZE_VER8  # shorter attrs read zero-extended
 
 
@@ -72,7 +74,7 @@ class _Reader:
 
     def __init__(self, data: bytes, little: bool, path: str, offset: int) -> None:
         self.data = data
-        self.e = "<" if little else ">"
+        self.ints = integers(little)
         self.pos = 0
         self.path = path
         self.offset = offset
@@ -85,10 +87,10 @@ class _Reader:
         return b
 
     def u32(self) -> int:
-        return int(struct.unpack(self.e + "I", self.take(4))[0])
+        return int(self.ints.u32.unpack(self.take(4))[0])
 
     def u64(self) -> int:
-        return int(struct.unpack(self.e + "Q", self.take(8))[0])
+        return int(self.ints.u64.unpack(self.take(8))[0])
 
     def string(self) -> str:
         """struct perf_header_string: u32 len (NUL padding included), then the text."""
@@ -326,10 +328,9 @@ class HeaderPrinter:
 
     def _prog_lines(self, pid: int, info: dict[str, Any], blobs: dict[str, bytes]) -> list[str]:
         """bpf-event.c __bpf_event__print_bpf_prog_info: one line, or one per function."""
-        e = "<" if self.little else ">"
         n = int(info["nr_jited_ksyms"])
-        addrs = _array(e + "Q", blobs.get("ksyms", b""), n)
-        lens = _array(e + "I", blobs.get("func_lens", b""), n)
+        addrs = _array(self.little, "Q", blobs.get("ksyms", b""), n)
+        lens = _array(self.little, "I", blobs.get("func_lens", b""), n)
         tags = blobs.get("prog_tags", b"")
         names = [self._prog_name(info, blobs, tags, i, n) for i in range(n)]
         if n == 1:
@@ -351,7 +352,8 @@ class HeaderPrinter:
         if btf is not None and rec >= 8 and len(finfo) >= rec * (i + 1):
             from bpfsym.read.btf import type_name
 
-            type_id = struct.unpack_from(("<" if self.little else ">") + "I", finfo, rec * i + 4)
+            at = rec * i + _FUNC_INFO_TYPE_ID  # bpf_func_info's type_id, in the file's order
+            type_id = integers(self.little).u32.unpack_from(finfo, at)
             try:
                 short = type_name(btf, type_id[0])
             except FormatError:
@@ -418,9 +420,11 @@ EMPTY = {
 }
 
 
-def _array(fmt: str, data: bytes, n: int) -> list[int]:
-    size = struct.calcsize(fmt)
-    got = [struct.unpack_from(fmt, data, size * i)[0] for i in range(min(n, len(data) // size))]
+def _array(little: bool, code: str, data: bytes, n: int) -> list[int]:
+    """n integers of struct code `code` from data, zeros where data ends first."""
+    size = integers(little).array(code, 1).size
+    k = min(n, len(data) // size)
+    got = list(integers(little).array(code, k).unpack_from(data)) if k else []
     return got + [0] * (n - len(got))
 
 
@@ -455,7 +459,7 @@ def header_text(path: str, stream: IO[bytes] | None = None) -> str:
         head = f.read(F.FILE_HEADER_SIZE)
         little = head[:8] != F.MAGIC_BE
         if head[:8] in (F.MAGIC_LE, F.MAGIC_BE) and len(head) >= 16:
-            size = struct.unpack_from("<Q" if little else ">Q", head, 8)[0]
+            size = integers(little).u64.unpack_from(head, 8)[0]  # perf_file_header.size
             if size == F.FILE_HEADER_SIZE and len(head) == size and stream is None:
                 return _file_text(path, f, head, little)
         from bpfsym.read.perfdata import PerfData
