@@ -2,10 +2,12 @@
 from its first moment, as perf does, also while the command line's modules import; construct's
 unused pdb import is put off (the program's start-up choice, not a side effect of formats)."""
 
+import _thread
 import importlib
 import os
 import signal
 import sys
+import time
 import types
 from typing import Any
 
@@ -31,8 +33,33 @@ def _quit(signum: int, frame: object) -> None:
     os._exit(130)
 
 
+def _unraisable(unraisable: Any) -> None:
+    """A Ctrl-C that lands where Python cannot raise it (a weakref callback such as importlib's
+    module-lock cleanup, a __del__) is "ignored" with a traceback on stderr and the program
+    goes on. Instead it is sent again to the main thread once this hook has returned (a
+    signal handled inside the hook would be ignored the same way), so the command's own
+    handling ends the program with 130."""
+    if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+        return
+    hook, main = sys._getframe(), _thread.get_ident()
+
+    def again() -> None:
+        while True:
+            frame = sys._current_frames().get(main)
+            while frame is not None and frame is not hook:
+                frame = frame.f_back
+            if frame is None:
+                break
+            time.sleep(0.0005)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    _thread.start_new_thread(again, ())
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, _quit)  # until the command's own handling takes over
+    sys.unraisablehook = _unraisable
     _lazy_pdb()
     from bpfsym.cli import entry
 
