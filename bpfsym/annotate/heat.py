@@ -15,10 +15,6 @@ give the same counts.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pickle
-import signal
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +22,7 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.model import Capture
-from bpfsym.read.bulk import BulkData, NotBulk, file_size, load_numpy, usable_cpus
+from bpfsym.read.bulk import BulkData, NotBulk, file_size, load_numpy
 from bpfsym.read.perfdata import SPECIAL_RECORDS, PerfData
 from bpfsym.read.samples import field_offsets
 from bpfsym.symbolize.symbols import FROM_SIDE
@@ -35,63 +31,6 @@ from bpfsym.symbolize.timeline import BpfTimeline, capture_timeline
 Heat = dict[int, dict[int, int]]  # prog id -> native address -> samples
 
 BULK_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it saves
-
-BESIDE_MIN_BYTES = 8 << 20  # smaller files: a second process costs what it saves
-
-
-class Beside:
-    """bpf_sample_counts(path, capture) in a forked child while this process does the rest
-    of an annotation (the disassembler's import, the kernel names): the counts come back
-    pickled through a pipe. Only for big files on two CPUs (numpy, which both need, is
-    loaded before the fork); where the child fails or was not started, result() counts
-    here, which then also raises what is wrong with the file, as without the child."""
-
-    def __init__(self, path: str, capture: Capture) -> None:
-        self.path, self.capture = path, capture
-        self.pid: int | None = None
-        self.fd = -1
-        if not (hasattr(os, "fork") and file_size(path) >= BESIDE_MIN_BYTES and usable_cpus() >= 2):
-            return
-        if load_numpy() is None:
-            return
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: counts, or says nothing
-            os.close(r)
-            try:
-                got = pickle.dumps(bpf_sample_counts(path, capture), -1)
-                with os.fdopen(w, "wb") as out:
-                    out.write(got)
-            except BaseException:  # noqa: BLE001, S110 - the parent counts itself
-                pass
-            finally:
-                os._exit(0)
-        os.close(w)
-        self.pid, self.fd = pid, r
-
-    def result(self) -> Heat:
-        got = b""
-        if self.pid is not None:
-            with os.fdopen(self.fd, "rb") as f:
-                got = f.read()  # to the end: the child has written all it will
-            os.waitpid(self.pid, 0)
-            self.pid = None
-        if got:
-            try:
-                counts: Heat = pickle.loads(got)
-                return counts
-            except Exception:  # noqa: BLE001, S110 - cut short: count here
-                pass
-        return bpf_sample_counts(self.path, self.capture)
-
-    def close(self) -> None:
-        """End the child (an error came first)."""
-        if self.pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-            os.close(self.fd)
-            self.pid = None
 
 
 def bpf_sample_counts(

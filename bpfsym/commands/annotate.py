@@ -52,19 +52,23 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bpfsym.annotate.heat import Beside
-    from bpfsym.read.sidefile import read_capture
+    from bpfsym.annotate.beside import Beside
 
     side = args.side or f"{args.input}.bpfsym"
-    capture = read_capture(side)
-    # the samples are counted beside (big files) while the disassembler and the kernel
+    # the samples are counted beside (big files): the child starts reading the perf.data
+    # while the side file is read here, then counts while the disassembler and the kernel
     # names load here
-    counting = Beside(args.input, capture) if os.path.exists(args.input) else None
+    counting = Beside(args.input) if os.path.exists(args.input) else None
     try:
+        from bpfsym.read.sidefile import read_capture
+
+        capture = read_capture(side)
+        if counting is not None:
+            counting.send(capture)
         from bpfsym.annotate.view import annotate, indexed_names
 
         names = indexed_names(capture)
-        samples = counting.result() if counting is not None else {}
+        samples = counting.result(capture) if counting is not None else {}
     finally:
         if counting is not None:
             counting.close()

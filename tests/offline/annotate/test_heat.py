@@ -19,10 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bpfsym.annotate import beside as beside_mod
 from bpfsym.annotate import heat
+from bpfsym.annotate.beside import Beside
 from bpfsym.annotate.ksyms import KernelNames, TextNames
 from bpfsym.errors import FormatError
-from bpfsym.model import Capture, Program
+from bpfsym.model import Capture, Function, Program
 from bpfsym.read.bulk import NotBulk
 from bpfsym.read.kallsyms import capture_kernel_symbols, parse_kallsyms
 from bpfsym.read.perfdata import PerfData
@@ -206,20 +208,34 @@ def test_texts_that_are_not_plain_kallsyms_go_to_the_parser(text: str) -> None:
 def test_counting_beside_gives_the_counts_and_the_errors_of_counting_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    monkeypatch.setattr(heat, "BESIDE_MIN_BYTES", 0)  # the fixture is small
-    monkeypatch.setattr(heat, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(beside_mod, "BESIDE_MIN_BYTES", 0)  # the fixture is small
+    monkeypatch.setattr(beside_mod, "usable_cpus", lambda: 2)
     cap = read_capture(SIDE + ".bpfsym")
-    beside = heat.Beside(SIDE, cap)
+    beside = Beside(SIDE)  # forked before the side file is read
     assert beside.pid is not None
-    assert beside.result() == heat.bpf_sample_counts(SIDE, cap) != {}
+    beside.send(cap)
+    assert beside.result(cap) == heat.bpf_sample_counts(SIDE, cap) != {}
+    # more programs than a pipe holds by default (64 KiB): sent in one write all the same
+    many = Capture(cap.header, list(cap.programs))
+    for i in range(3000):
+        p = Program(10**6 + i, f"extra{i}", "0" * 16, 6, None, None)
+        p.functions = [Function(f"bpf_prog_{i:016x}_extra{i}", 0x1000 + 64 * i, 48)]
+        many.programs.append(p)
+    beside = Beside(SIDE)
+    beside.send(many)
+    assert beside.tell == -1  # sent: the child counts
+    assert beside.result(many) == heat.bpf_sample_counts(SIDE, cap)
     # a data section cut short: the child fails, and counting here says why
     cut = tmp_path / "cut.data"
     with open(SIDE, "rb") as f:
         cut.write_bytes(f.read()[:-100])
     with pytest.raises(FormatError) as here:
         heat.bpf_sample_counts(str(cut), cap)
-    beside = heat.Beside(str(cut), cap)
+    beside = Beside(str(cut))
     with pytest.raises(FormatError) as there:
-        beside.result()
+        beside.result(cap)  # (sends first when the caller has not)
     assert str(there.value) == str(here.value)
-    heat.Beside(SIDE, cap).close()  # ended before its result: no child left
+    Beside(SIDE).close()  # ended before it was sent anything: no child left
+    beside = Beside(SIDE)
+    beside.send(cap)
+    beside.close()  # ended before its result
