@@ -9,10 +9,12 @@ its own share of the samples. The result is the same as one process's.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pickle
 import signal
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from bpfsym.read.bulk import NotBulk, usable_cpus
@@ -93,18 +95,24 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
         try:
             try:
                 bulk.read(second)
-                payload = pickle.dumps(("ok", portable(bulk)), pickle.HIGHEST_PROTOCOL)
+                body: tuple = ("ok", portable(bulk))
             except BaseException as e:  # noqa: BLE001 - told to the parent, which decides
-                payload = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
+                body = ("error", f"{type(e).__name__}: {e}")
             with os.fdopen(wfd, "wb") as w:
-                w.write(payload)
+                pickle.dump(body, w, pickle.HIGHEST_PROTOCOL)  # read as it is written
         finally:
             os._exit(0)
     os.close(wfd)
     reader = os.fdopen(rfd, "rb")
     try:
         bulk.read(first)
-        got = reader.read()  # to the end: the child has written all it will
+        same = own_symbols(bulk)  # while the child may still be reading: its merge's half
+        try:
+            # unpickled frame by frame as the child pickles (pickling and unpickling the
+            # call chains took a fifth of a second one after the other)
+            status, body = pickle.load(reader)
+        except Exception:  # noqa: BLE001 - the child died before it said all
+            status, body = "died", None
     except BaseException:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -114,13 +122,11 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
         reader.close()
     # the child's exit (unmapping its memory) takes a while: reaped on a thread
     threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
-    try:
-        status, body = pickle.loads(got)
-    except Exception:  # noqa: BLE001 - the child died before it could say
-        raise NotBulk("the second reading process failed") from None
+    if status == "died":
+        raise NotBulk("the second reading process failed")
     if status != "ok":
         raise NotBulk(f"the second reading process failed: {body}")
-    merge(bulk, body)
+    merge(bulk, body, same)
 
 
 def portable(bulk: BulkPass) -> tuple:
@@ -132,35 +138,39 @@ def portable(bulk: BulkPass) -> tuple:
     return events, agg.total, agg.lost, bulk.seq, sym.side_used, sym.comms
 
 
-def merge(bulk: BulkPass, body: tuple) -> None:
-    """Add the other part's sums, its symbols made these when they are alike."""
+def _distinct_syms(events: list[tuple[dict, dict]]) -> dict[Sym, None]:
+    """Each distinct symbol of (rows, stacks) pairs once, by object, in first-seen order."""
+    parts: list[Iterable[Sym]] = []
+    for rows, stacks in events:  # per event: its rows' symbols, then its chains'
+        parts.append([x for key in rows for x in key if type(x) is Sym])
+        parts.append(itertools.chain.from_iterable(chain for _head, chain in stacks))
+    return dict.fromkeys(itertools.chain.from_iterable(parts))
+
+
+def own_symbols(bulk: BulkPass) -> dict[tuple, Sym]:
+    """This part's symbols by what they name (the first object of each): merge's half
+    that needs nothing of the other part."""
+    events = [(st.rows, st.stacks) for st in bulk.agg.events.values()]
+    same: dict[tuple, Sym] = {}
+    for x in _distinct_syms(events):
+        same.setdefault(_sym_identity(x), x)
+    return same
+
+
+def merge(bulk: BulkPass, body: tuple, same: dict[tuple, Sym] | None = None) -> None:
+    """Add the other part's sums, its symbols made these when they are alike (same: this
+    part's own_symbols, when already made)."""
     events, total, lost, seq, side_used, comms = body
     sym, agg, attrs = bulk.sideband.sym, bulk.agg, bulk.pd.attrs
-    # each distinct symbol once (by object, in first-seen order), then by what it names
-    ours: dict[Sym, None] = {}
-    for st in agg.events.values():
-        for key in st.rows:
-            for x in key:
-                if type(x) is Sym:
-                    ours[x] = None
-        for _head, chain in st.stacks:
-            ours.update(dict.fromkeys(chain))
-    same: dict[tuple, Sym] = {}
-    for x in ours:
-        same.setdefault(_sym_identity(x), x)
-    theirs: dict[Sym, None] = {}
-    for _e, _samples, _period, rows, stacks in events:
-        for key in rows:
-            for x in key:
-                if type(x) is Sym:
-                    theirs[x] = None
-        for _head, chain in stacks:
-            theirs.update(dict.fromkeys(chain))
+    if same is None:
+        same = own_symbols(bulk)
+    theirs = _distinct_syms([(rows, stacks) for _e, _s, _p, rows, stacks in events])
     mine: dict[Sym, Sym] = {}  # the other part's symbol -> this one's
     for x in theirs:
-        got = same.get(_sym_identity(x))
+        key = _sym_identity(x)
+        got = same.get(key)
         if got is None:
-            got = same[_sym_identity(x)] = x
+            got = same[key] = x
             sym.adopt(x)
         mine[x] = got
     as_mine = mine.__getitem__
