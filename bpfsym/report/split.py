@@ -95,11 +95,11 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
         try:
             try:
                 bulk.read(second)
-                body: tuple = ("ok", portable(bulk))
+                said: tuple = ("ok", portable(bulk))
             except BaseException as e:  # noqa: BLE001 - told to the parent, which decides
-                body = ("error", f"{type(e).__name__}: {e}")
+                said = ("error", f"{type(e).__name__}: {e}")
             with os.fdopen(wfd, "wb") as w:
-                pickle.dump(body, w, pickle.HIGHEST_PROTOCOL)  # read as it is written
+                pickle.dump(said, w, pickle.HIGHEST_PROTOCOL)  # read as it is written
         finally:
             os._exit(0)
     os.close(wfd)
