@@ -74,6 +74,24 @@ def test_a_failing_second_process_leaves_the_report_to_the_plain_reader(
     assert render_stdio(an, None, 0.0) == render_stdio(want, None, 0.0)
 
 
+def test_a_second_process_cut_off_mid_message_leaves_the_report_to_the_plain_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child's sums are unpickled as they are written: a message that stops in the
+    middle (here: pickling fails after the first frames went out) is the child's failure."""
+    from bpfsym.report import split
+
+    def half(bulk: object) -> tuple:
+        return (list(range(100000)), lambda: None)  # the lambda does not pickle
+
+    monkeypatch.setattr(split, "portable", half)
+    path = os.path.join(FIX, "bpf.data")
+    an = analyze(path, None, None, True, False, EMPTY, None, True, True)
+    assert not an.accelerated
+    want = analyze(path, None, None, True, False, EMPTY, None, False)
+    assert render_stdio(an, None, 0.0) == render_stdio(want, None, 0.0)
+
+
 @pytest.mark.parametrize("little", [True, False])
 def test_built_files_of_both_byte_orders_read_alike_every_way(tmp_path: object, little: bool):
     # samples with call chains, rounds every 7 samples and losses on both sides of the
