@@ -75,6 +75,32 @@ def print_interleaved(label: str, ours: list[tuple[float, float]],
     return out
 
 
+def startup_commands(where: str | None) -> dict[str, tuple[Sequence[str], str | None]]:
+    """The start-up floor, to interleave with a comparison: the interpreter alone (with
+    this host's site-packages and .pth files) and bpfsym's --version (the interpreter and
+    the command line's imports)."""
+    import sys
+
+    return {
+        "python": ([sys.executable, "-c", "pass"], where),
+        "bpfsym --version": ([sys.executable, "-m", "bpfsym", "--version"], where),
+    }
+
+
+def print_startup(
+    got: dict[str, list[tuple[float, float]]], anchor: list[tuple[float, float]]
+) -> None:
+    """Print the start-up floor's wall time, min / median, and its share of the anchor's."""
+    a_min, a_med = min(r[0] for r in anchor), statistics.median(r[0] for r in anchor)
+    for name in ("python", "bpfsym --version"):
+        xs = [r[0] for r in got[name]]
+        lo, med = min(xs), statistics.median(xs)
+        print(
+            f"start-up floor, {name}: min {lo:.3f} s median {med:.3f} s"
+            f" = {lo / a_min:.2f}x / {med / a_med:.2f}x of perf's run"
+        )
+
+
 def kernel_kallsyms(where: str) -> str:
     """The /proc/kallsyms lines up to the first BPF one, in a file in directory where.
 

@@ -14,6 +14,7 @@ interleaved, -r times each:
                                                         (perf itself cannot annotate BPF
                                                          here: no libopcode)
 and prints min and median of both, wall and CPU, and their ratios (< 1: bpfsym faster),
+the start-up floor run in the same rounds (the interpreter alone, `bpfsym --version`),
 then where annotate's own time goes (one run in this process: heat pass, view).
 
 perf reads the kernel part of /proc/kallsyms from a file (bench/_common.kernel_kallsyms:
@@ -37,7 +38,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _common import interleaved, kernel_kallsyms, print_interleaved  # noqa: E402
+from _common import (  # noqa: E402
+    interleaved,
+    kernel_kallsyms,
+    print_interleaved,
+    print_startup,
+    startup_commands,
+)
 
 
 def record(path: Path, seconds: float, freq: int, callgraph: bool = True) -> None:
@@ -97,9 +104,12 @@ def main() -> int:
         perf = ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-g", "none",
                 "--kallsyms", kernel_kallsyms(d)]  # fmt: skip
         interleaved({"ours": (ours, where)}, 1)  # writes the byte code
-        got = interleaved({"ours": (ours, where), "perf": (perf, None)}, a.repeat)
+        got = interleaved(
+            {"ours": (ours, where), "perf": (perf, None), **startup_commands(where)}, a.repeat
+        )
         print(f"{data}: {os.path.getsize(data) >> 20} MB")
         ratios = print_interleaved("annotate vs perf report flat", got["ours"], got["perf"])
+        print_startup(got, got["perf"])
         if a.bpfsym is None:
             parts(data)
     return 0 if ratios["wall median"] <= 1.0 else 1

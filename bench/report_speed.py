@@ -5,7 +5,9 @@ call chains over a busy workload (dd on every CPU plus a BPF program run through
 BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
 `perf report --stdio --no-children -g none`) and the call-graph view (vs
 `perf report --stdio`), each run interleaved with perf's -r times: min and median of
-wall and CPU time (user + system, both of bpfsym's reading processes) and their ratios.
+wall and CPU time (user + system, both of bpfsym's reading processes) and their ratios;
+with the flat view, the start-up floor run in the same rounds (the interpreter alone,
+`bpfsym --version`: the interpreter and the command line's imports).
 bpfsym runs from byte code, as installed; --bpfsym CHECKOUT times another checkout's.
 Both read the kernel part of /proc/kallsyms from one file (--kallsyms): /proc/kallsyms
 itself costs time quadratic in the BPF programs anyone has loaded.
@@ -28,7 +30,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import count_samples, interleaved, kernel_kallsyms, print_interleaved  # noqa: E402
+from _common import (  # noqa: E402
+    count_samples,
+    interleaved,
+    kernel_kallsyms,
+    print_interleaved,
+    print_startup,
+    startup_commands,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BPF_OBJ = os.path.join(ROOT, "tests", "fixtures", "perfdata", "xdp_spin.bpf.o")
@@ -92,10 +101,15 @@ def main() -> int:
     interleaved({"ours": (ours, where)}, 1)  # writes the byte code
     perf = ["perf", "report", "-i", path, "--stdio", *ks]
     got = interleaved(
-        {"ours": (ours, where), "perf": ([*perf, "--no-children", "-g", "none"], None)},
+        {
+            "ours": (ours, where),
+            "perf": ([*perf, "--no-children", "-g", "none"], None),
+            **startup_commands(where),
+        },
         args.repeat,
     )
     flat = print_interleaved("flat view", got["ours"], got["perf"])
+    print_startup(got, got["perf"])
     if args.no_graph:
         return 0 if flat["wall median"] <= 1.0 else 1
     got = interleaved({"ours": ([*ours, "-g"], where), "perf": (perf, None)}, args.repeat)
