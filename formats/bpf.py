@@ -1,4 +1,5 @@
-"""BPF syscall layouts: bpf_attr pieces, bpf_prog_info, bpf_func_info, bpf_line_info.
+"""BPF syscall layouts: bpf_attr pieces, bpf_prog_info, bpf_func_info, bpf_line_info, and the
+record top's holder iterator program writes.
 
 From include/uapi/linux/bpf.h (Linux 6.18). These are read from the running
 kernel (native byte order) and stored as-is in side files, whose header names
@@ -207,3 +208,45 @@ prog_load_attr = Struct(
     "prog_flags" / Int32ul,
     "prog_name" / PaddedString(16, "utf8"),
 )
+
+# bpf_attr for BPF_PROG_LOAD up to attach_btf_obj_fd (offsets 0..116), 120 bytes: the leading
+# fields, then what a program attaching to a kernel BTF id (tracing: iterators) sets:
+# expected_attach_type (68), attach_btf_id (108), attach_btf_obj_fd (112, a union with
+# attach_prog_fd). Aligned pads it to the union's 8 bytes, where core_relo_cnt lies (zero).
+prog_load_btf_attr = Aligned(
+    8,
+    Struct(
+        *prog_load_attr.subcons,
+        "prog_ifindex" / Int32ul,
+        "expected_attach_type" / Int32ul,
+        "prog_btf_fd" / Int32ul,
+        "func_info_rec_size" / Int32ul,
+        "func_info" / Int64ul,
+        "func_info_cnt" / Int32ul,
+        "line_info_rec_size" / Int32ul,
+        "line_info" / Int64ul,
+        "line_info_cnt" / Int32ul,
+        "attach_btf_id" / Int32ul,
+        "attach_btf_obj_fd" / Int32ul,
+    ),
+)
+# bpf_attr.link_create for BPF_LINK_CREATE, up to iter_info_len (a union's member: the
+# iterator's bpf_iter_link_info), padded to 8 bytes
+link_create_attr = Aligned(
+    8,
+    Struct(
+        "prog_fd" / Int32ul,
+        "target_fd" / Int32ul,
+        "attach_type" / Int32ul,
+        "flags" / Int32ul,
+        "iter_info" / Int64ul,
+        "iter_info_len" / Int32ul,
+    ),
+)
+# bpf_attr.iter_create for BPF_ITER_CREATE
+iter_create_attr = Struct("link_fd" / Int32ul, "flags" / Int32ul)
+
+# Not a kernel layout: bpfsym's own record, which top's task_file iterator program
+# (bpfsym/top/holders.py) writes with bpf_seq_write for every BPF program or link file:
+# the holder's tgid, the program's id, the thread-group leader's comm (NUL-padded, raw bytes)
+holder_record = Struct("tgid" / Int32ul, "prog_id" / Int32ul, "comm" / Bytes(16))

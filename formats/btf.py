@@ -222,6 +222,15 @@ def btf_type(little: bool) -> Struct:
 
 
 @functools.cache
+def btf_type_head(little: bool) -> Struct:
+    """struct btf_type without its kind's data, and with info as its whole u32 word (for
+    struct_of): name_off, info (the bits btf_info names), size_type. Same bytes as the head
+    of btf_type(little)."""
+    u32 = Int32ul if little else Int32ub
+    return Struct("name_off" / u32, "info" / u32, "size_type" / u32)
+
+
+@functools.cache
 def _compiled_type(little: bool) -> Construct:
     return btf_type(little).compile()
 

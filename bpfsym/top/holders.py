@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from bpfsym.formats import bpf as fb
 from bpfsym.formats import btf as fbtf
+from bpfsym.formats import integers, struct_of
 from bpfsym.formats.errors import FormatError
 from bpfsym.live import progs
 from bpfsym.live.stats import prog_holders
@@ -59,18 +60,18 @@ BPF_TRACE_ITER = 28
 FUNC_PROBE_READ_KERNEL = 113
 FUNC_SEQ_WRITE = 127
 
-# union bpf_attr for BPF_PROG_LOAD up to attach_btf_obj_fd (offsets 0..116), 120 bytes:
-# prog_type, insn_cnt, insns, license, log_level, log_size, log_buf, kern_version,
-# prog_flags, prog_name[16], prog_ifindex, expected_attach_type (68), prog_btf_fd,
-# func_info_rec_size, func_info, func_info_cnt, line_info_rec_size, line_info,
-# line_info_cnt, attach_btf_id (108), attach_btf_obj_fd (112)
-_LOAD_ATTR = struct.Struct("=IIQQIIQII16sIIIIQIIQIII4x")
+# The layouts, declared in formats/bpf.py; packed positionally in their fields' order.
+# union bpf_attr for BPF_PROG_LOAD up to attach_btf_obj_fd, 120 bytes: prog_type, insn_cnt,
+# insns, license, log_level, log_size, log_buf, kern_version, prog_flags, prog_name[16],
+# prog_ifindex, expected_attach_type, prog_btf_fd, func_info_rec_size, func_info,
+# func_info_cnt, line_info_rec_size, line_info, line_info_cnt, attach_btf_id, attach_btf_obj_fd
+_LOAD_ATTR = struct_of(fb.prog_load_btf_attr)[0]
 # link_create: prog_fd, target_fd, attach_type, flags, iter_info, iter_info_len (+pad)
-_LINK_ATTR = struct.Struct("=IIIIQI4x")
-_ITER_ATTR = struct.Struct("=II")  # iter_create: link_fd, flags
+_LINK_ATTR = struct_of(fb.link_create_attr)[0]
+_ITER_ATTR = struct_of(fb.iter_create_attr)[0]  # iter_create: link_fd, flags
 
 # one record the program writes with bpf_seq_write: tgid, prog id, comm[16]
-RECORD = struct.Struct("=II16s")
+RECORD = struct_of(fb.holder_record)[0]
 
 
 class LayoutError(Exception):
@@ -78,6 +79,12 @@ class LayoutError(Exception):
 
 
 # --- vmlinux BTF: the few struct members the program reads -------------------------------
+
+# little-endian only (KernelTypes refuses other BTF), from formats/btf.py's declarations
+_TYPE_HEAD = struct_of(fbtf.btf_type_head(True))[0]  # name_off, info, size_type
+_MEMBER = struct_of(fbtf.btf_member(True))[0]  # name_off, type, offset
+_ARRAY = struct_of(fbtf.btf_array(True))[0]  # type, index_type, nelems
+_PARAM = struct_of(fbtf.btf_param(True))[0]  # name_off, type
 
 _MODIFIERS = {
     fbtf.KIND_TYPEDEF,
@@ -118,12 +125,12 @@ class KernelTypes:
             at = self.strings.find(b"\0" + w + b"\0")
             if at >= 0:
                 want_off[at + 1] = w
-        unpack = struct.Struct("<III").unpack_from
+        unpack = _TYPE_HEAD.unpack_from
         pos, end = lay.type_start, lay.type_end
         positions = self._pos
         while pos < end:
             name_off, info, _ = unpack(blob, pos)
-            kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
+            kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF  # fbtf.btf_info's bits
             size = fbtf.type_size(kind, vlen)
             if size is None or kind == fbtf.KIND_UNKN:
                 raise FormatError(path, pos, f"BTF type {len(positions)}: unknown kind {kind}")
@@ -138,7 +145,7 @@ class KernelTypes:
         """(name_off, kind, vlen, kind_flag, size_or_type) of type tid."""
         if not 0 < tid < len(self._pos):
             raise LayoutError(f"BTF type id {tid} out of range")
-        name_off, info, st = struct.unpack_from("<III", self.blob, self._pos[tid])
+        name_off, info, st = _TYPE_HEAD.unpack_from(self.blob, self._pos[tid])
         return name_off, (info >> 24) & 0x1F, info & 0xFFFF, info >> 31, st
 
     def _name(self, off: int) -> bytes:
@@ -165,9 +172,9 @@ class KernelTypes:
         _, kind, vlen, kflag, _ = self._head(tid)
         if kind not in (fbtf.KIND_STRUCT, fbtf.KIND_UNION):
             raise LayoutError(f"BTF type {tid} is not a struct")
-        at = self._pos[tid] + 12
+        at = self._pos[tid] + _TYPE_HEAD.size
         for i in range(vlen):
-            name_off, mtype, bits = struct.unpack_from("<III", self.blob, at + 12 * i)
+            name_off, mtype, bits = _MEMBER.unpack_from(self.blob, at + _MEMBER.size * i)
             if kflag:
                 if bits >> 24:  # a bitfield: never a member the program reads
                     continue
@@ -208,7 +215,7 @@ class KernelTypes:
         if kind == fbtf.KIND_PTR:
             return 8
         if kind == fbtf.KIND_ARRAY:
-            elem, _, nelems = struct.unpack_from("<III", self.blob, self._pos[tid] + 12)
+            elem, _, nelems = _ARRAY.unpack_from(self.blob, self._pos[tid] + _TYPE_HEAD.size)
             return self.size(elem) * nelems
         if kind in (fbtf.KIND_INT, fbtf.KIND_ENUM, fbtf.KIND_STRUCT, fbtf.KIND_UNION):
             return st
@@ -221,8 +228,10 @@ class KernelTypes:
         _, kind, vlen, _, _ = self._head(proto)
         if kind != fbtf.KIND_FUNC_PROTO:
             raise LayoutError(f"{name} has no prototype")
-        at = self._pos[proto] + 12
-        return [self._name(struct.unpack_from("<I", self.blob, at + 8 * i)[0]) for i in range(vlen)]
+        at = self._pos[proto] + _TYPE_HEAD.size
+        return [
+            self._name(_PARAM.unpack_from(self.blob, at + _PARAM.size * i)[0]) for i in range(vlen)
+        ]
 
 
 @dataclass(frozen=True)
@@ -279,6 +288,10 @@ def kernel_layout(types: KernelTypes) -> Layout:
 
 # --- the program ---------------------------------------------------------------------------
 
+_INSN = struct_of(fb.bpf_insn)[0]  # code, regs (src_reg << 4 | dst_reg), off, imm
+_U64 = integers(True).u64
+_S32X2 = integers(True).array("i", 2)  # a 64-bit immediate's low and high halves
+
 
 class _Asm:
     """A few eBPF instructions (include/uapi/linux/bpf.h, Documentation/bpf/standardization)."""
@@ -317,7 +330,7 @@ class _Asm:
         self.emit(0x07, dst, 0, 0, imm)
 
     def ld64(self, dst: int, value: int) -> None:  # BPF_LD | BPF_DW | BPF_IMM: two slots
-        lo, hi = struct.unpack("<ii", struct.pack("<Q", value))
+        lo, hi = _S32X2.unpack(_U64.pack(value))
         self.emit(0x18, dst, 0, 0, lo)
         self.emit(0, 0, 0, 0, hi)
 
@@ -329,7 +342,7 @@ class _Asm:
         for at, target in self.jumps:
             code, dst, src, _, imm = insns[at]
             insns[at] = (code, dst, src, self.labels[target] - at - 1, imm)
-        return b"".join(struct.pack("<BBhi", c, (s << 4) | d, o, i) for c, d, s, o, i in insns)
+        return b"".join(_INSN.pack(c, (s << 4) | d, o, i) for c, d, s, o, i in insns)
 
 
 JEQ_K, JNE_K, JEQ_X, JNE_X = 0x15, 0x55, 0x1D, 0x5D
