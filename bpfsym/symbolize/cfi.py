@@ -8,10 +8,16 @@ import bisect
 import functools
 import io
 import os
-import struct
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from bpfsym.formats import integers, struct_of
+from bpfsym.formats.elf import (
+    DW_EH_PE_DATAREL_SDATA4,
+    DW_EH_PE_UDATA4,
+    EH_PE_SIZES,
+    eh_frame_hdr_head,
+)
 from bpfsym.symbolize.unwind_stops import (
     BAD_CFI,
     NO_BINARY,
@@ -310,27 +316,31 @@ def _compile_row(fde: Any, va: int, rs: RegSet) -> Row:
     )
 
 
+_EH_HDR = struct_of(eh_frame_hdr_head)[0]  # version, eh_frame_ptr_enc, fde_count_enc, table_enc
+
+
 def _eh_frame_hdr(data: bytes, hdr_addr: int, eh_addr: int, little: bool) -> list | None:
     """The binary search table of .eh_frame_hdr as (initial location, .eh_frame offset),
     or None when it is absent or encoded in a way other than the linkers' usual
     (version 1, table DW_EH_PE_datarel|sdata4: LSB gABI, "Exception Frame Header")."""
-    if len(data) < 12 or data[0] != 1 or data[3] != 0x3B:
+    if len(data) < 12:
         return None
-    e = "<" if little else ">"
-    ptr_enc, count_enc = data[1], data[2]
-    pos = 4
+    version, ptr_enc, count_enc, table_enc = _EH_HDR.unpack_from(data, 0)
+    if version != 1 or table_enc != DW_EH_PE_DATAREL_SDATA4:
+        return None
+    pos = _EH_HDR.size
     # eh_frame_ptr: skip it (we know the section); count: udata4 as ld and lld write it
-    sizes = {0x03: 4, 0x0B: 4, 0x1B: 4, 0x04: 8, 0x0C: 8, 0x1C: 8}
-    if ptr_enc not in sizes or count_enc != 0x03:
+    if ptr_enc not in EH_PE_SIZES or count_enc != DW_EH_PE_UDATA4:
         return None
-    pos += sizes[ptr_enc]
+    pos += EH_PE_SIZES[ptr_enc]
     if pos + 4 > len(data):
         return None
-    (count,) = struct.unpack_from(e + "I", data, pos)
+    ints = integers(little)
+    (count,) = ints.u32.unpack_from(data, pos)
     pos += 4
     if pos + 8 * count > len(data):
         return None
-    vals = struct.unpack_from(f"{e}{2 * count}i", data, pos)
+    vals = ints.array("i", 2 * count).unpack_from(data, pos)
     return [(hdr_addr + vals[2 * i], hdr_addr + vals[2 * i + 1] - eh_addr) for i in range(count)]
 
 
