@@ -157,13 +157,11 @@ def own_symbols(bulk: BulkPass) -> dict[tuple, Sym]:
     return same
 
 
-def merge(bulk: BulkPass, body: tuple, same: dict[tuple, Sym] | None = None) -> None:
+def merge(bulk: BulkPass, body: tuple, same: dict[tuple, Sym]) -> None:
     """Add the other part's sums, its symbols made these when they are alike (same: this
-    part's own_symbols, when already made)."""
+    part's own_symbols)."""
     events, total, lost, seq, side_used, comms = body
     sym, agg, attrs = bulk.sideband.sym, bulk.agg, bulk.pd.attrs
-    if same is None:
-        same = own_symbols(bulk)
     theirs = _distinct_syms([(rows, stacks) for _e, _s, _p, rows, stacks in events])
     mine: dict[Sym, Sym] = {}  # the other part's symbol -> this one's
     for x in theirs:
