@@ -87,6 +87,15 @@ class Program:
     def has_image(self) -> bool:
         return bool(self.functions) and all(f.image is not None for f in self.functions)
 
+    def outline(self) -> Program:
+        """The program without its images, instructions, BTF and line info: its identity,
+        lifetime, origin and functions (names, addresses, sizes), what placing an address
+        at a time needs; for sending to another process."""
+        out = Program(self.id, self.name, self.tag, self.type, self.load_time, self.unload_time)
+        out.functions = [Function(f.name, f.addr, f.size) for f in self.functions]
+        out.origin = self.origin
+        return out
+
     def alive_at(self, t: int) -> bool:
         if self.load_time is not None and t < self.load_time:
             return False

@@ -13,7 +13,7 @@ import os
 import pickle
 import signal
 
-from bpfsym.model import Capture, Function, Program
+from bpfsym.model import Capture
 from bpfsym.read.bulk import file_size, load_numpy, usable_cpus
 
 Heat = dict[int, dict[int, int]]  # prog id -> native address -> samples (as annotate.heat)
@@ -43,13 +43,12 @@ class Beside:
             os.close(r)
             try:
                 if load_numpy() is not None:  # (before the reader: numpy is the most)
-                    from bpfsym.annotate.heat import bpf_sample_counts
+                    from bpfsym.annotate.heat import program_sample_counts
 
                     with os.fdopen(r_progs, "rb") as f:
                         sent = f.read()  # to the end: the parent sends once and closes
                     if sent:
-                        progs = _Programs(pickle.loads(sent))
-                        got = pickle.dumps(bpf_sample_counts(path, progs), -1)  # type: ignore[arg-type]
+                        got = pickle.dumps(program_sample_counts(path, pickle.loads(sent)), -1)
                         with os.fdopen(w, "wb") as out:
                             out.write(got)
             except BaseException:  # noqa: BLE001, S110 - the parent counts itself
@@ -66,11 +65,7 @@ class Beside:
         """The capture's programs to the child, which then counts."""
         if self.tell < 0:
             return
-        light = []
-        for p in capture.programs:
-            q = Program(p.id, p.name, p.tag, p.type, p.load_time, p.unload_time)
-            q.functions = [Function(f.name, f.addr, f.size) for f in p.functions]
-            light.append(q)
+        light = [p.outline() for p in capture.programs]
         try:
             with os.fdopen(self.tell, "wb") as f:
                 f.write(pickle.dumps(light, -1))
@@ -107,10 +102,3 @@ class Beside:
             os.waitpid(self.pid, 0)
             os.close(self.fd)
             self.pid = None
-
-
-class _Programs:
-    """The programs a child was sent, where capture_timeline wants a capture."""
-
-    def __init__(self, programs: list[Program]) -> None:
-        self.programs = programs

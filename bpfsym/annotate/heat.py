@@ -21,12 +21,12 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.model import Capture
+from bpfsym.model import Capture, Program
 from bpfsym.read.bulk import BulkData, NotBulk, file_size, load_numpy
 from bpfsym.read.perfdata import SPECIAL_RECORDS, PerfData
 from bpfsym.read.samples import field_offsets
 from bpfsym.symbolize.symbols import FROM_SIDE
-from bpfsym.symbolize.timeline import BpfTimeline, capture_timeline
+from bpfsym.symbolize.timeline import BpfTimeline, programs_timeline
 
 Heat = dict[int, dict[int, int]]  # prog id -> native address -> samples
 
@@ -37,7 +37,14 @@ def bpf_sample_counts(
     path: str, capture: Capture, progress: Callable[[int], None] | None = None
 ) -> Heat:
     """prog id -> native address -> samples, for every sample that fell in BPF code."""
-    timeline = capture_timeline(capture, FROM_SIDE)
+    return program_sample_counts(path, capture.programs, progress)
+
+
+def program_sample_counts(
+    path: str, programs: list[Program], progress: Callable[[int], None] | None = None
+) -> Heat:
+    """bpf_sample_counts of a side file's programs (Program.outline() is enough)."""
+    timeline = programs_timeline(programs, FROM_SIDE)
     if progress is None:
         np = load_numpy() if file_size(path) >= BULK_MIN_BYTES else None
         if np is not None:

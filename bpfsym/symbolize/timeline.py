@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from bpfsym.model import Capture, Function, LineEntry, Program
+from bpfsym.model import Capture, LineEntry, Program
 from bpfsym.symbolize.symbols import FROM_PERF, SourceLine, Sym, source_text
 
 
@@ -72,9 +72,8 @@ class BpfFunc:
         state = dict(self.__dict__)
         p = self.prog
         if p is not None:
-            light = Program(p.id, p.name, p.tag, p.type, p.load_time, p.unload_time)
-            light.functions = [Function(f.name, f.addr, f.size) for f in p.functions]
-            light.lines, light.origin = p.lines, p.origin
+            light = p.outline()
+            light.lines = p.lines
             state["prog"] = light
         return state
 
@@ -151,8 +150,13 @@ def _retag(name: str, tag: str) -> str:
 
 def capture_timeline(cap: Capture, origin: str) -> BpfTimeline:
     """Every function of a side file's programs over its program's lifetime."""
+    return programs_timeline(cap.programs, origin)
+
+
+def programs_timeline(programs: list[Program], origin: str) -> BpfTimeline:
+    """Every function of programs over its program's lifetime."""
     tl = BpfTimeline()
-    for p in cap.programs:
+    for p in programs:
         for fn in p.functions:
             tl.add(BpfFunc(fn.name, fn.addr, fn.size, p.load_time, p.unload_time, origin, p))
     return tl
