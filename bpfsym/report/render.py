@@ -320,31 +320,22 @@ def render_stdio(an: Analysis, side: str | None, limit: float, slices: str | Non
             out.extend(fmt.format(100.0 * p / total, *c).rstrip() for c, p, _ in lines)
             out.append("")
             continue
-        if children is not None and runtime is None:  # one format for the cells of each line
-            fmt = "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{:<" + str(widths[-1]) + "}"
-            append, extend, get = out.append, out.extend, graphs.get
-            for c, p_children, p_self in lines:
-                pc, ps = 100.0 * p_children / total, 100.0 * p_self / total
-                append(f"{pc:9.2f}% {ps:9.2f}%  " + fmt.format(*c).rstrip())
-                g = get(c)
-                if g:
-                    extend(g)
-                    append("")
-            out.append("")
-            continue
+        # one format for the cells of every line
+        fmt = "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{:<" + str(widths[-1]) + "}"
+        append, extend, get = out.append, out.extend, graphs.get
         for c, p_children, p_self in lines:
-            cells = "  ".join(x.ljust(w) for x, w in zip(c, widths, strict=False))
+            cells = fmt.format(*c)
             if runtime is not None:
                 cells = runtime(c) + "  " + cells
-            if children is not None:
-                pc = 100.0 * p_children / total
-                out.append(f"{pc:9.2f}% {100.0 * p_self / total:9.2f}%  {cells.rstrip()}")
-                g = graphs.get(c)
-                if g:
-                    out.extend(g)
-                    out.append("")
-            else:
-                out.append(f"{100.0 * p_children / total:9.2f}%  {cells.rstrip()}")
+            pc = 100.0 * p_children / total
+            if children is None:
+                append(f"{pc:9.2f}%  {cells.rstrip()}")
+                continue
+            append(f"{pc:9.2f}% {100.0 * p_self / total:9.2f}%  {cells.rstrip()}")
+            g = get(c)
+            if g:
+                extend(g)
+                append("")
         out.append("")
     return "\n".join(out) + "\n"
 
