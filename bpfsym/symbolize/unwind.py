@@ -461,6 +461,7 @@ def unwind_samples(path: str, unwinder: Unwinder | None = None, arch: str = "") 
     header's HEADER_BUILD_ID (or the MMAP2 record), the architecture from HEADER_ARCH
     unless given.
     """
+    from bpfsym.formats import fixed_head, struct_of
     from bpfsym.formats import perf as K
     from bpfsym.formats import perfdata as F
     from bpfsym.read.perfdata import PerfData
@@ -474,29 +475,31 @@ def unwind_samples(path: str, unwinder: Unwinder | None = None, arch: str = "") 
         lists: dict[int, MapList] = {}
         layouts: dict[int, UserSampleLayout] = {}
         at: dict[int, tuple[int, ...]] = {}  # per event: where pid, tid, time, period, ip are
-        e = "<" if pd.little else ">"
-        head = struct.Struct(e + "IIQQQ")  # pid, tid, addr, len, pgoff
+        L = pd.L  # the records' heads, as report.sideband reads them
+        mmap_head = fixed_head(L.mmap, "filename")[0]  # pid, tid, addr, len, pgoff
+        mmap2_head = fixed_head(L.mmap2, "filename")[0]  # ... dev_or_build_id, prot, flags
+        mmap2_bid = struct_of(L.mmap2_build_id)[0]  # size, build_id
+        comm_head = fixed_head(L.comm, "comm")[0]  # pid, tid
+        fork_body = fixed_head(L.fork, "time")[0]  # pid, ppid, tid, ptid
         for rtype, misc, buf, start, size, _off in pd.records():
             if rtype in (K.RECORD_MMAP, K.RECORD_MMAP2):
-                pid, _tid, addr, length, pgoff = head.unpack_from(buf, start + 8)
-                name_at = start + 8 + head.size + (32 if rtype == K.RECORD_MMAP2 else 0)
-                raw = bytes(buf[name_at : start + size])
+                head = mmap2_head if rtype == K.RECORD_MMAP2 else mmap_head
+                pid, _tid, addr, length, pgoff, *rest = head.unpack_from(buf, start + 8)
+                raw = bytes(buf[start + 8 + head.size : start + size])
                 filename = raw[: raw.find(b"\0")].decode("utf-8", "replace")
                 bid = bids.get(filename, "")
                 if rtype == K.RECORD_MMAP2 and misc & F.MISC_MMAP_BUILD_ID:
-                    n = buf[start + 8 + head.size]
-                    bid = bytes(
-                        buf[start + 12 + head.size : start + 12 + head.size + min(n, 20)]
-                    ).hex()
+                    n, got_bid = mmap2_bid.unpack_from(rest[0])
+                    bid = got_bid[: min(n, 20)].hex()
                 lst = maps.setdefault(pid, [])
                 lst[:] = overlay(lst, FileMap(addr, addr + length, pgoff, filename, bid))
                 lists.pop(pid, None)
             elif rtype == K.RECORD_COMM and misc & F.MISC_COMM_EXEC:
-                pid = struct.unpack_from(e + "I", buf, start + 8)[0]
+                pid = comm_head.unpack_from(buf, start + 8)[0]
                 maps.pop(pid, None)
                 lists.pop(pid, None)
             elif rtype == K.RECORD_FORK:
-                pid, ppid = struct.unpack_from(e + "II", buf, start + 8)
+                pid, ppid = fork_body.unpack_from(buf, start + 8)[:2]
                 if pid != ppid and ppid in maps and pid not in maps:
                     maps[pid] = list(maps[ppid])
             elif rtype == K.RECORD_SAMPLE:
