@@ -27,12 +27,13 @@ formats.perfdata.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from bpfsym.formats import integers
+from bpfsym.formats import fixed_head, integers, struct_of
 from bpfsym.formats import perf as K
 
 # enum perf_type_id (include/uapi/linux/perf_event.h)
@@ -253,11 +254,10 @@ def _walk_tracing_data(data: bytes, out: dict[int, str]) -> int:
     pos = end + 1
     if pos + 6 > len(data):
         raise TracingDataError("truncated tracing data header")
-    e = ">" if data[pos] else "<"
+    ints = integers(not data[pos])  # the endianness byte: 1 big
     pos += 2  # endianness, long size
     pos += 4  # page size
-    u32 = struct.Struct(e + "I")
-    u64 = struct.Struct(e + "Q")
+    u32, u64 = ints.u32, ints.u64
 
     def take(n: int) -> bytes:
         nonlocal pos
@@ -375,15 +375,26 @@ def parse_attr(raw: bytes, little: bool) -> Any:
     return K.layouts(little).attr.parse(padded)
 
 
+@functools.cache
+def _attr_struct(little: bool) -> tuple[struct.Struct, tuple[str, ...]]:
+    return struct_of(K.layouts(little).attr)
+
+
+# perf 6.1's __reserved_2: the u16 after sample_max_stack (a pad in the declaration)
+_RESERVED_2_AT = fixed_head(K.layouts().attr, "sample_max_stack")[0].size + 2
+
+
 def attr_check(raw: bytes, little: bool) -> bool:
     """header.c perf_attr_check on the first min(size, 128) bytes of an EVENT_DESC attr:
     perf 6.1 drops the whole section's names when one fails."""
-    a = raw[:ATTR_SIZE_61].ljust(ATTR_SIZE_61, b"\0")
-    e = "<" if little else ">"
-    sample_type, read_format, flags = struct.unpack_from(e + "QQQ", a, 24)
-    branch_sample_type = struct.unpack_from(e + "Q", a, 72)[0]
-    reserved_2 = struct.unpack_from(e + "H", a, 110)[0]
-    reserved_3 = struct.unpack_from(e + "I", a, 116)[0]
+    # the first 128 bytes, read through the declaration (136 bytes: config3 stays zero)
+    a = raw[:ATTR_SIZE_61].ljust(K.PERF_ATTR_SIZE_VER8, b"\0")
+    rec, names = _attr_struct(little)
+    f = dict(zip(names, rec.unpack(a), strict=True))
+    sample_type, read_format, flags = f["sample_type"], f["read_format"], f["flags"]
+    branch_sample_type = f["branch_sample_type"]
+    reserved_2 = integers(little).u16.unpack_from(a, _RESERVED_2_AT)[0]
+    reserved_3 = f["aux_action"]  # perf 6.1's __reserved_3
     if flags & RESERVED_1 or reserved_2 or reserved_3:
         return False
     if sample_type & ~(SAMPLE_MAX - 1) or read_format & ~(FORMAT_MAX - 1):

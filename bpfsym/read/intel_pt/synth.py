@@ -9,9 +9,9 @@ decoder state), and intel_pt_synth_error (an "instruction trace error").
 
 from __future__ import annotations
 
-import struct
 from typing import Any, NamedTuple
 
+from bpfsym.formats import struct_of
 from bpfsym.read.intel_pt.config import PtConfig
 from bpfsym.read.intel_pt.state import State
 
@@ -67,8 +67,6 @@ def event_attrs(pd: Any, config: PtConfig) -> list[Any]:
     named as perf names them, after the file's own in the report's order."""
     from bpfsym.read.perfdata import EventAttr
 
-    little = pd.little
-    order = "<" if little else ">"
     pt = next((a for a in pd.attrs if int(a.attr.type) == config.pmu_type), None)
     base_type = pt.sample_type if pt is not None else 0
     # IP | TID | RAW, TIME unless timeless, CPU with per-cpu mmaps (PERIOD is dropped)
@@ -76,11 +74,12 @@ def event_attrs(pd: Any, config: PtConfig) -> list[Any]:
     sample_type = sample_type | 4 if not config.timeless else sample_type & ~4
     if not config.per_cpu_mmaps:
         sample_type &= ~(1 << 7)
+    rec, names = struct_of(pd.L.kernel.attr)  # perf_event_attr, all fields zero but these
     out = []
     for k, (name, cfg) in enumerate(zip(EVENTS, SYNTH_CONFIGS, strict=True)):
-        raw = bytearray(136)
-        struct.pack_into(order + "IIQQQ", raw, 0, PERF_TYPE_SYNTH, 136, cfg, 1, sample_type)
-        attr = pd.L.kernel.attr.parse(bytes(raw))
+        given = {"type": PERF_TYPE_SYNTH, "size": rec.size, "config": cfg,
+                 "sample_period": 1, "sample_type": sample_type}  # fmt: skip
+        attr = pd.L.kernel.attr.parse(rec.pack(*(given.get(n, 0) for n in names)))
         out.append(
             EventAttr(index=SYNTH_INDEX_BASE + k, attr=attr, ids=[], name=name,
                       sample_type=sample_type)
