@@ -125,7 +125,7 @@ class UserSampleLayout:
                             stack = bytes(buf[at : at + min(dyn, reserved)])
                         words = dict(zip(self.regnums, vals[1:-1], strict=True))
                         return UserStack(abi, words, stack, reserved)
-            except struct.error:
+            except (struct.error, OverflowError):
                 pass  # the general path says what is wrong
         short = "sample of %d bytes ends inside its fields"
         try:
@@ -165,7 +165,8 @@ class UserSampleLayout:
                     raise UserStackError(f"user stack of {reserved} bytes runs past the sample")
                 dyn = u64(buf, pos + reserved)[0]
                 stack = bytes(buf[pos : pos + min(dyn, reserved)])
-        except struct.error:  # an offset past the buffer: sizes that make no sense
+        except (struct.error, OverflowError):  # an offset past the buffer (or past any
+            # index: a count near 2**64): sizes that make no sense
             raise UserStackError(short % size) from None
         return UserStack(abi, regs, stack, reserved)
 
