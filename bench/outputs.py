@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import lzma
 import os
 import shutil
 import subprocess
@@ -30,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from kit.perftext import fixture_kallsyms  # noqa: E402
 
 REPORTS: list[tuple[str, list[str]]] = [
     ("flat", []),
@@ -64,12 +65,7 @@ def main() -> int:
     tmp = os.path.join(tempfile.gettempdir(), "bpfsym-outputs")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    kallsyms = os.path.join(tmp, "kallsyms")
-    with (
-        lzma.open(os.path.join(FIX, "perfdata", "kallsyms.xz"), "rb") as f,
-        open(kallsyms, "wb") as o,
-    ):
-        o.write(f.read())
+    kallsyms = fixture_kallsyms(tmp)
     empty = os.path.join(tmp, "symfs")
     os.mkdir(empty)
     files: list[tuple[str, str, list[str]]] = []  # name, path, extra options

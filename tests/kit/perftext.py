@@ -43,11 +43,12 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perfdata")
 
 
 @functools.cache
-def fixture_kallsyms() -> str:
+def fixture_kallsyms(where: str | None = None) -> str:
     """The kernel kallsyms of the boot the perf.data fixtures were recorded in (record.py
-    keeps it as kallsyms.xz), as a plain file for `--kallsyms`: the fixtures carry their
-    own kernel names, and no test depends on the kernel it runs on."""
-    out = os.path.join(tempfile.mkdtemp(prefix="bpfsym-fixture-"), "kallsyms")
+    keeps it as kallsyms.xz), as a plain file for `--kallsyms` (in where, else in a new
+    temporary directory): the fixtures carry their own kernel names, and no test depends
+    on the kernel it runs on."""
+    out = os.path.join(where or tempfile.mkdtemp(prefix="bpfsym-fixture-"), "kallsyms")
     with lzma.open(os.path.join(FIXTURES, "kallsyms.xz"), "rb") as f, open(out, "wb") as o:
         o.write(f.read())
     return out
