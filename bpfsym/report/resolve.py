@@ -17,23 +17,27 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.read.arrays import unique
-from bpfsym.read.bulk import BulkData
+from bpfsym.read.bulk import BulkData, NotBulk
 from bpfsym.report.accumulate import Accumulator, Interned
 from bpfsym.report.filters import SampleFilter
 from bpfsym.report.groups import (
     BIG,
+    KERNEL_CHANGES,
     Groups,
     Members,
     UserStates,
     address_groups,
     chain_groups,
     comm_groups,
+    dense,
+    map_states,
 )
 from bpfsym.report.rounds import Outgoing, places
 from bpfsym.report.sideband import Sideband
 from bpfsym.report.userspace import user_group_syms
 from bpfsym.report.window import Samples
 from bpfsym.symbolize.symbolizer import KERNEL_MAP_DSO, Symbolizer
+from bpfsym.symbolize.symbols import UNRESOLVED, Sym
 
 MAP_RECORDS = (K.RECORD_MMAP, K.RECORD_MMAP2)
 
@@ -94,7 +98,7 @@ class BulkDelivery:
         chains = None
         if self.callchains and "chain" in samples:
             groups = chain_groups(np, self.data.u64, samples, sideband, before, mode)
-            chains = _Chains(self, samples, groups, mode)
+            chains = _Chains(self, samples, groups, mode, sideband)
             probes.append(chains)
         _walk(np, probes, sideband, apply)
         sym_of = addresses.sym_of(maps)
@@ -187,15 +191,7 @@ class _Addresses(_Probe):
         if not len(kernel_groups):
             return None
         ips = group_ip[kernel_groups]
-        lo, hi = sym.bpf_envelope()
-        out_of_line = [(a, a + max(n, 1)) for a, (n, _) in sym.ool.items()]
-        for x in sideband:
-            if x.rtype == K.RECORD_KSYMBOL:
-                addr, length, ktype = x.args[0], x.args[1], x.args[2]
-                if ktype == K.KSYMBOL_TYPE_BPF:
-                    lo, hi = min(lo, addr), max(hi, addr + max(length, 1))
-                else:
-                    out_of_line.append((addr, addr + max(length, 1)))
+        lo, hi, out_of_line = _kernel_code(sym, sideband)
         covered = np.zeros(len(ips), dtype=bool)  # by code other than kallsyms', some time
         if hi > lo:
             covered |= (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
@@ -305,9 +301,19 @@ class _Comms(_Probe):
 
 class _Chains(_Probe):
     """Call chain groups: samples alike in call chain, address, mode and the side-band
-    state those depend on resolve their chain once, where the first of them goes out."""
+    state those depend on resolve their chain once, where the first of them goes out.
 
-    def __init__(self, d: BulkDelivery, samples: Samples, groups: Groups, mode: Any) -> None:
+    A chain's nodes are resolved in bulk: every distinct (node, the state its symbol
+    depends on) is a slot, resolved once, at the first group that holds it, where the
+    walk puts that group; each group's chain is then its slots' symbols (report order:
+    the ids are numbered in the walk's order of the groups, as they were met). A group
+    whose chain the slots cannot say (no node, a mode other than kernel or user, BPF
+    nodes whose samples straddle a load or unload) is resolved on its own as before."""
+
+    def __init__(
+        self, d: BulkDelivery, samples: Samples, groups: Groups, mode: Any,
+        sideband: list[Outgoing],
+    ) -> None:  # fmt: skip
         np = d.np
         self.np = np
         self.sym = d.sideband.sym
@@ -316,27 +322,188 @@ class _Chains(_Probe):
         self.at = groups.at
         self.t = samples["t"]
         first = groups.first
-        self.chain_ids = [-1] * groups.count  # -1: by time, see timed
-        self.timed: list[tuple[Any, list[int]]] = []
         self.members = Members(np, groups.of, groups.count)
-        self.word_at = (samples["chain"][first] + 1).tolist()  # each chain's first entry
+        word_at = samples["chain"][first] + 1  # each chain's first entry
+        self.word_at = word_at.tolist()
         self.nr = samples["nr"][first].tolist()
-        self.ip = samples["ip"][first].tolist()
-        self.pid = samples["pid"][first].tolist()
-        self.mode = mode[first].tolist()
+        ip = samples["ip"][first]
+        self.ip = ip.tolist()
+        pid = samples["pid"][first]
+        self.pid = pid.tolist()
+        cpumode = mode[first]
+        self.mode = cpumode.tolist()
         self.t_first = self.t[first].tolist()
         self.words = d.data.u64  # the data section's words, in the file's byte order
         self.times_gen, self.times = -1, None  # BPF load/unload times, as of kgen
+        n = groups.count
+        self.order = np.argsort(groups.at, kind="stable")  # the walk's order of the groups
+        self.alone: list[Any] = [None] * n  # chains of the groups resolved on their own
+        self._plan(samples, word_at, ip, pid, cpumode, sideband)
+
+    def _plan(
+        self, samples: Samples, word_at: Any, ip: Any, pid: Any, cpumode: Any,
+        sideband: list[Outgoing],
+    ) -> None:  # fmt: skip
+        """The slots of every group's nodes, and which slots each group resolves first."""
+        np, sym, n = self.np, self.sym, self.groups.count
+        nr = samples["nr"][self.groups.first].astype(np.int64)
+        total = int(nr.sum())
+        starts = np.cumsum(nr) - nr
+        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, nr)
+        gidx = np.repeat(np.arange(n, dtype=np.int64), nr)
+        w = self.words[np.repeat(word_at, nr) + pos]
+        marker = w >= np.uint64(F.CONTEXT_MAX)
+        # each node's mode: its chain's last marker before it, else the sample's cpumode
+        last = np.maximum.accumulate(np.where(marker, np.arange(total, dtype=np.int64), -1))
+        by_marker = np.full(total, -1, dtype=np.int64)  # -1: a mode slots do not resolve
+        by_marker[w == np.uint64(F.CONTEXT_KERNEL)] = F.MISC_KERNEL
+        by_marker[w == np.uint64(F.CONTEXT_USER)] = F.MISC_USER
+        inherit = last < np.repeat(starts, nr)
+        node_mode = np.where(
+            inherit, cpumode.astype(np.int64)[gidx], by_marker[np.maximum(last, 0)]
+        )
+        node = ~marker
+        ng, nw, nmode, npos = gidx[node], w[node], node_mode[node], pos[node]
+        nnodes = np.bincount(ng, minlength=n)
+        nstart = np.concatenate(([0], np.cumsum(nnodes))).astype(np.int64)
+        has = nnodes > 0
+        first_w = np.zeros(n, dtype=np.uint64)
+        first_w[has] = nw[nstart[:-1][has]]
+        own = has & (first_w != ip)  # the sample's own entry before the chain
+        kernel, user = cpumode == F.MISC_KERNEL, cpumode == F.MISC_USER
+        alone = ~has | ~(kernel | user)
+        alone |= np.bincount(ng[(nmode != F.MISC_KERNEL) & (nmode != F.MISC_USER)], minlength=n) > 0
+        # BPF code: which function a node names depends on the sample's time
+        lo, hi, _ool = _kernel_code(sym, sideband)
+        knodes = nmode == F.MISC_KERNEL
+        if hi > lo:
+            top = hi >= 1 << 64  # up to the last address
+            lo_u, hi_u = np.uint64(lo), np.uint64(min(hi, (1 << 64) - 1))
+            in_bpf = knodes & (nw >= lo_u) & ((nw < hi_u) | top)
+            own_bpf = kernel & (ip >= lo_u) & ((ip < hi_u) | top)
+        else:
+            in_bpf, own_bpf = np.zeros(len(nw), dtype=bool), np.zeros(n, dtype=bool)
+        timed = own_bpf | (np.bincount(ng[in_bpf], minlength=n) > 0)
+        bucket = np.zeros(n, dtype=np.int64)
+        if bool(timed.any()):
+            times = _bpf_times(sym) + [
+                x.args[5] for x in sideband if x.rtype == K.RECORD_KSYMBOL and x.args[5]
+            ]
+            tarr = np.array(sorted(set(times)), dtype=np.uint64)
+            bucket = np.searchsorted(tarr, self.t[self.groups.first], side="right") + 1
+            of = self.groups.of
+            members = np.flatnonzero(timed[of])
+            each = np.searchsorted(tarr, self.t[members], side="right") + 1
+            straddle = of[members][each != bucket[of[members]]]
+            alone[straddle] = True  # members between different load/unload times
+        # slots: (what, state, bucket, address); what: 0 kernel node, 1 user node,
+        # 2 the sample's own kernel entry, 3 its own user entry
+        kepoch = np.searchsorted(_kernel_changes(np, sideband), self.groups.at, side="left")
+        ustate = dense(np, map_states(np, sideband, pid, self.groups.at))[0]
+        nodes = ~alone[ng]
+        ng, nw, npos, knodes, in_bpf = (
+            ng[nodes],
+            nw[nodes],
+            npos[nodes],
+            knodes[nodes],
+            in_bpf[nodes],
+        )
+        ogs = np.flatnonzero(own & ~alone)
+        okernel = kernel[ogs]
+        what = np.concatenate((np.where(knodes, 0, 1), np.where(okernel, 2, 3)))
+        occ_g = np.concatenate((ng, ogs))
+        state = np.where(what % 2 == 0, kepoch[occ_g], ustate[occ_g])
+        bkt = np.concatenate(
+            (np.where(in_bpf, bucket[ng], 0), np.where(own_bpf[ogs], bucket[ogs], 0))
+        )
+        addr = np.concatenate((nw, ip[ogs]))
+        values, addr_id = unique(np, addr)
+        room = [
+            4,
+            int(state.max()) + 1 if len(state) else 1,
+            int(bkt.max()) + 1 if len(bkt) else 1,
+            len(values),
+        ]
+        if room[0] * room[1] * room[2] * max(room[3], 1) >= 1 << 62:
+            raise NotBulk("too many call chain slots")
+        key = ((what * room[1] + state) * room[2] + bkt) * room[3] + addr_id
+        slot, nslots = dense(np, key)
+        # the first occurrence of each slot: in walk order, the own entry before the nodes
+        rank = np.empty(n, dtype=np.int64)
+        rank[self.order] = np.arange(n, dtype=np.int64)
+        width = int(nr.max()) + 2 if len(nr) else 2
+        okey = rank[occ_g] * width + np.concatenate((npos + 1, np.zeros(len(ogs), dtype=np.int64)))
+        firsts = np.full(nslots, BIG, dtype=np.int64)
+        np.minimum.at(firsts, slot, okey)
+        fmin = np.full(nslots, 0, dtype=np.int64)
+        fmin[slot] = np.arange(len(slot), dtype=np.int64)  # any occurrence, for its values
+        hit = okey == firsts[slot]
+        fmin[slot[hit]] = np.flatnonzero(hit)
+        new_at: dict[int, list[int]] = {}
+        by_first = np.argsort(firsts, kind="stable")
+        groups_l = occ_g[fmin[by_first]].tolist()
+        for k, g in zip(by_first.tolist(), groups_l, strict=True):
+            new = new_at.get(g)
+            if new is None:
+                new_at[g] = [k]
+            else:
+                new.append(k)
+        self.new_at = new_at
+        self.slot_what = what[fmin].tolist()
+        self.slot_addr = addr[fmin].tolist()
+        self.slot_sym: list[Any] = [None] * nslots
+        self.slot_unres = [False] * nslots
+        nn = len(ng)
+        self.node_slots = slot[:nn].tolist()
+        cnt = np.bincount(ng, minlength=n)
+        self.nstart = np.concatenate(([0], np.cumsum(cnt))).tolist()
+        own_slot = np.full(n, -1, dtype=np.int64)
+        own_slot[ogs] = slot[nn:]
+        self.own_slot = own_slot.tolist()
+        self.alone_l = alone.tolist()
+        self.late: dict[int, Sym] = {}  # the own entry of chains with unresolved nodes
 
     def resolve(self, g: int) -> None:
+        new = self.new_at.get(g)
+        if new is not None:
+            sym = self.sym
+            what_l, addr_l, syms, unres = (
+                self.slot_what,
+                self.slot_addr,
+                self.slot_sym,
+                self.slot_unres,
+            )
+            for k in new:
+                what, e = what_l[k], addr_l[k]
+                if what == 0:
+                    s = sym.knode.get(e) or sym.kernel_node(e, self.t_first[g])
+                elif what == 1:
+                    unode = sym.unode.get(self.pid[g])
+                    s = (unode and unode.get(e)) or sym.user_node(self.pid[g], e)
+                elif what == 2:
+                    s = sym.resolve_kernel(e, self.t_first[g])
+                else:
+                    s = sym.resolve_user(self.pid[g], e)
+                syms[k] = s
+                unres[k] = s.origin is UNRESOLVED
+        if self.alone_l[g]:
+            self.alone[g] = self._alone(g)
+        elif self.own_slot[g] < 0 and any(
+            map(self.slot_unres.__getitem__, self.node_slots[self.nstart[g] : self.nstart[g + 1]])
+        ):
+            # unresolved nodes: the sample's own entry goes first when it has no symbol
+            self.late[g] = self.sym.resolve(self.mode[g], self.pid[g], self.ip[g], self.t_first[g])
+
+    def _alone(self, g: int) -> Any:
+        """The chain of group g resolved on its own: a chain, or (members, a chain each)
+        when its samples straddle BPF load/unload times."""
         sym = self.sym
         at, nr = self.word_at[g], self.nr[g]
         words = self.words[at : at + nr].tolist()
         mode, pid, ip = self.mode[g], self.pid[g], self.ip[g]
         chain, timeless = sym.resolve_chain(mode, pid, ip, words, self.t_first[g])
         if timeless:
-            self.chain_ids[g] = self.ids.chain_id(chain)
-            return
+            return chain
         # through BPF code: alike between two load/unload times
         np = self.np
         members = self.members(g)
@@ -345,23 +512,89 @@ class _Chains(_Probe):
             self.times_gen, self.times = sym.kgen, np.array(_bpf_times(sym), dtype=np.uint64)
         bucket = np.searchsorted(self.times, ts, side="right")
         if len(members) == 1 or bucket.min() == bucket.max():
-            self.chain_ids[g] = self.ids.chain_id(chain)  # all between the same two times
-            return
-        ids = [0] * len(members)
+            return chain  # all between the same two times
+        each = []
         for b in unique(np, bucket)[0].tolist():
             sel = np.flatnonzero(bucket == b)
-            chain = sym.resolve_chain(mode, pid, ip, words, int(ts[sel[0]]))[0]
-            chain_id = self.ids.chain_id(chain)
-            for q in sel.tolist():
-                ids[q] = chain_id
-        self.timed.append((members, ids))
+            each.append((sel, sym.resolve_chain(mode, pid, ip, words, int(ts[sel[0]]))[0]))
+        return members, each
 
     def chain_of(self) -> Any:
-        """Each sample's chain id."""
-        chain_of = self.np.array(self.chain_ids, dtype=self.np.int64)[self.groups.of]
-        for members, ids in self.timed:
-            chain_of[members] = ids
+        """Each sample's chain id (the chains numbered in the walk's order of groups)."""
+        np = self.np
+        chain_id = self.ids.chain_id
+        syms, unres, node_slots, nstart = (
+            self.slot_sym,
+            self.slot_unres,
+            self.node_slots,
+            self.nstart,
+        )
+        own_slot, alone, late = self.own_slot, self.alone, self.late
+        get = syms.__getitem__
+        n = self.groups.count
+        ids = [0] * n
+        timed: list[tuple[Any, list[int]]] = []
+        for g in self.order.tolist():
+            c = alone[g]
+            if c is None:
+                sl = node_slots[nstart[g] : nstart[g + 1]]
+                nodes = tuple(map(get, sl))
+                o = own_slot[g]
+                if o >= 0:
+                    own = syms[o]
+                    if unres[o] or any(map(unres.__getitem__, sl)):
+                        if unres[o] and nodes[0] is not own:
+                            nodes = (own, *nodes)
+                    else:
+                        nodes = (own, *nodes)
+                else:
+                    own = late.get(g)
+                    if own is not None and own.origin is UNRESOLVED and nodes[0] is not own:
+                        nodes = (own, *nodes)
+                ids[g] = chain_id(nodes)
+            elif type(c) is tuple:
+                ids[g] = chain_id(c)
+            else:
+                members, each = c
+                got = [0] * len(members)
+                for sel, chain in each:
+                    i = chain_id(chain)
+                    for q in sel.tolist():
+                        got[q] = i
+                timed.append((members, got))
+        chain_of = np.array(ids, dtype=np.int64)[self.groups.of]
+        for members, got in timed:
+            chain_of[members] = got
         return chain_of
+
+
+def _kernel_code(
+    sym: Symbolizer, sideband: list[Outgoing]
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """[lo, hi) around every BPF function known now or registered by the sideband, and
+    the [start, end) of the out-of-line code known or registered: what is not kallsyms'."""
+    lo, hi = sym.bpf_envelope()
+    out_of_line = [(a, a + max(n, 1)) for a, (n, _) in sym.ool.items()]
+    for x in sideband:
+        if x.rtype == K.RECORD_KSYMBOL:
+            addr, length, ktype = x.args[0], x.args[1], x.args[2]
+            if ktype == K.KSYMBOL_TYPE_BPF:
+                lo, hi = min(lo, addr), max(hi, addr + max(length, 1))
+            else:
+                out_of_line.append((addr, addr + max(length, 1)))
+    return lo, hi, out_of_line
+
+
+def _kernel_changes(np: Any, sideband: list[Outgoing]) -> Any:
+    """The places of the records that may change what a kernel address names (KSYMBOL,
+    BPF_EVENT, kernel MMAPs): kernel call-chain nodes resolve alike between two."""
+    return np.array(
+        [
+            i for i, x in enumerate(sideband)
+            if x.rtype in KERNEL_CHANGES or (x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL)
+        ],
+        dtype=np.int64,
+    )  # fmt: skip
 
 
 def _bpf_times(sym: Symbolizer) -> list[int]:

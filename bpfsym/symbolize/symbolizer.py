@@ -250,24 +250,15 @@ class Symbolizer(UserResolver):
             if mode == kernel:
                 s = knode.get(e)
                 if s is None:
-                    s = self.resolve_kernel(e, t)
-                    if s.origin is UNRESOLVED:
-                        s = self.unresolved(s.dso, s.kind, e, s.reason)
+                    s = self.kernel_node(e, t)
                     if type(self.kcache.get(e)) is tuple:
                         timeless = False  # BPF code: which function depends on the time
-                    else:
-                        knode[e] = s
                 add(s)
             elif mode == user:
                 s = unode.get(e) if unode is not None else None
                 if s is None:
-                    s = self.resolve_user(pid, e)
-                    if s.origin is UNRESOLVED:
-                        s = self.unresolved(s.dso, s.kind, e, s.reason)
-                    unode = self.unode.get(pid)
-                    if unode is None:
-                        unode = self.unode[pid] = {}
-                    unode[e] = s
+                    s = self.user_node(pid, e)
+                    unode = self.unode[pid]
                 add(s)
             else:
                 s = self.resolve(mode, pid, e, t)
@@ -289,6 +280,27 @@ class Symbolizer(UserResolver):
         if cpumode == F.MISC_KERNEL and type(self.kcache.get(ip)) is tuple:
             timeless = False
         return tuple(out), timeless
+
+    def kernel_node(self, e: int, t: int | None) -> Sym:
+        """A kernel call-chain node at address e (at time t): its symbol, or its raw
+        address when it has none; cached in knode unless BPF code (the time decides)."""
+        s = self.resolve_kernel(e, t)
+        if s.origin is UNRESOLVED:
+            s = self.unresolved(s.dso, s.kind, e, s.reason)
+        if type(self.kcache.get(e)) is not tuple:
+            self.knode[e] = s
+        return s
+
+    def user_node(self, pid: int, e: int) -> Sym:
+        """A user call-chain node of pid at address e, as kernel_node (cached in unode)."""
+        s = self.resolve_user(pid, e)
+        if s.origin is UNRESOLVED:
+            s = self.unresolved(s.dso, s.kind, e, s.reason)
+        unode = self.unode.get(pid)
+        if unode is None:
+            unode = self.unode[pid] = {}
+        unode[e] = s
+        return s
 
     def demangle(self) -> None:
         """Name C++ user-space symbols as perf does (demangled, without parameters)."""
