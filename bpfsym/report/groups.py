@@ -12,6 +12,7 @@ once, at the place of its earliest sample (resolve.GroupResolver).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,8 +165,14 @@ def chain_groups(
     ustate = dense(np, map_states(np, sideband, samples["pid"], before))[0]
     ip_id = unique(np, samples["ip"])[1]
     of, count = chain, int(chain.max()) + 1 if len(chain) else 0
-    for col in (mode, ip_id, ustate, kstate):
-        radix = int(col.max()) + 1
+    cols = (mode, ip_id, ustate, kstate)
+    radixes = [int(col.max()) + 1 if len(col) else 1 for col in cols]
+    if count * math.prod(radixes) < 1 << 62:  # one key of all columns: one numbering
+        for col, radix in zip(cols, radixes, strict=True):
+            of = of * radix + col
+        of, count = dense(np, of)
+        return summarize(np, of, count, before)
+    for col, radix in zip(cols, radixes, strict=True):
         if count * radix >= 1 << 62:
             raise NotBulk("too many call chain groups")
         of, count = dense(np, of * radix + col)
