@@ -435,9 +435,8 @@ class _Chains(_Probe):
         okey = rank[occ_g] * width + np.concatenate((npos + 1, np.zeros(len(ogs), dtype=np.int64)))
         firsts = np.full(nslots, BIG, dtype=np.int64)
         np.minimum.at(firsts, slot, okey)
-        fmin = np.full(nslots, 0, dtype=np.int64)
-        fmin[slot] = np.arange(len(slot), dtype=np.int64)  # any occurrence, for its values
-        hit = okey == firsts[slot]
+        hit = okey == firsts[slot]  # one occurrence per slot: okey is unique to each
+        fmin = np.empty(nslots, dtype=np.int64)
         fmin[slot[hit]] = np.flatnonzero(hit)
         new_at: dict[int, list[int]] = {}
         by_first = np.argsort(firsts, kind="stable")
