@@ -23,7 +23,9 @@ from bpfsym.read.bulk import NotBulk
 from bpfsym.report.rounds import Outgoing
 from bpfsym.report.window import Samples
 
-MAP_CHANGES = (K.RECORD_MMAP, K.RECORD_MMAP2, K.RECORD_COMM, K.RECORD_FORK)
+MAP_RECORDS = (K.RECORD_MMAP, K.RECORD_MMAP2)
+
+MAP_CHANGES = (*MAP_RECORDS, K.RECORD_COMM, K.RECORD_FORK)
 
 KERNEL_CHANGES = (K.RECORD_KSYMBOL, K.RECORD_BPF_EVENT)
 
@@ -81,11 +83,18 @@ def summarize(np: Any, of: Any, count: int, before: Any, index: Any = None) -> G
     return Groups(of, count, first, at)
 
 
-def kernel_states(np: Any, sideband: list[Outgoing], before: Any) -> Any:
-    """Per sample: how many kernel symbol changes (KSYMBOL, BPF_EVENT) precede it."""
+def kernel_states(np: Any, sideband: list[Outgoing], before: Any, maps: bool = False) -> Any:
+    """Per sample (or group, placed after `before` side-band records): how many kernel
+    symbol changes (KSYMBOL, BPF_EVENT; with maps also the kernel's MMAP and MMAP2
+    records, which move what a call-chain node names) precede it."""
     changes = np.array(
-        [i for i, x in enumerate(sideband) if x.rtype in KERNEL_CHANGES], dtype=np.int64
-    )
+        [
+            i for i, x in enumerate(sideband)
+            if x.rtype in KERNEL_CHANGES
+            or (maps and x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL)
+        ],
+        dtype=np.int64,
+    )  # fmt: skip
     return np.searchsorted(changes, before, side="left")
 
 

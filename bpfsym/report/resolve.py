@@ -22,7 +22,7 @@ from bpfsym.report.accumulate import Accumulator, Interned
 from bpfsym.report.filters import SampleFilter
 from bpfsym.report.groups import (
     BIG,
-    KERNEL_CHANGES,
+    MAP_RECORDS,
     Groups,
     Members,
     UserStates,
@@ -30,6 +30,7 @@ from bpfsym.report.groups import (
     chain_groups,
     comm_groups,
     dense,
+    kernel_states,
     map_states,
 )
 from bpfsym.report.rounds import Outgoing, places
@@ -38,8 +39,6 @@ from bpfsym.report.userspace import user_group_syms
 from bpfsym.report.window import Samples
 from bpfsym.symbolize.symbolizer import KERNEL_MAP_DSO, Symbolizer
 from bpfsym.symbolize.symbols import UNRESOLVED, Sym
-
-MAP_RECORDS = (K.RECORD_MMAP, K.RECORD_MMAP2)
 
 
 class BulkDelivery:
@@ -373,6 +372,10 @@ class _Chains(_Probe):
         kernel, user = cpumode == F.MISC_KERNEL, cpumode == F.MISC_USER
         alone = ~has | ~(kernel | user)
         alone |= np.bincount(ng[(nmode != F.MISC_KERNEL) & (nmode != F.MISC_USER)], minlength=n) > 0
+        # the sample's own entry is the first node, of another mode: resolved in the walk
+        first_mode = np.full(n, -1, dtype=np.int64)
+        first_mode[has] = nmode[nstart[:-1][has]]
+        odd = has & ~own & (first_mode != cpumode.astype(np.int64))
         # BPF code: which function a node names depends on the sample's time
         lo, hi, _ool = _kernel_code(sym, sideband)
         knodes = nmode == F.MISC_KERNEL
@@ -398,7 +401,7 @@ class _Chains(_Probe):
             alone[straddle] = True  # members between different load/unload times
         # slots: (what, state, bucket, address); what: 0 kernel node, 1 user node,
         # 2 the sample's own kernel entry, 3 its own user entry
-        kepoch = np.searchsorted(_kernel_changes(np, sideband), self.groups.at, side="left")
+        kepoch = kernel_states(np, sideband, self.groups.at, maps=True)
         ustate = dense(np, map_states(np, sideband, pid, self.groups.at))[0]
         nodes = ~alone[ng]
         ng, nw, npos, knodes, in_bpf = (
@@ -452,6 +455,11 @@ class _Chains(_Probe):
         self.slot_addr = addr[fmin].tolist()
         self.slot_sym: list[Any] = [None] * nslots
         self.slot_unres = [False] * nslots
+        self.slot_own: list[Any] = [None] * nslots  # unresolved slots: the entry's own symbol
+        # the walk visits only the groups that resolve something at their place
+        walked = alone | odd
+        walked[occ_g[fmin]] = True
+        self.at = np.where(walked, self.groups.at, BIG)
         nn = len(ng)
         self.node_slots = slot[:nn].tolist()
         cnt = np.bincount(ng, minlength=n)
@@ -460,7 +468,8 @@ class _Chains(_Probe):
         own_slot[ogs] = slot[nn:]
         self.own_slot = own_slot.tolist()
         self.alone_l = alone.tolist()
-        self.late: dict[int, Sym] = {}  # the own entry of chains with unresolved nodes
+        self.odd = odd.tolist()
+        self.late: dict[int, Sym] = {}  # odd groups' own entry, when nodes are unresolved
 
     def resolve(self, g: int) -> None:
         new = self.new_at.get(g)
@@ -476,9 +485,13 @@ class _Chains(_Probe):
                 what, e = what_l[k], addr_l[k]
                 if what == 0:
                     s = sym.knode.get(e) or sym.kernel_node(e, self.t_first[g])
+                    if s.origin is UNRESOLVED:  # named by its raw address; as the own entry:
+                        self.slot_own[k] = sym.resolve_kernel(e, self.t_first[g])
                 elif what == 1:
                     unode = sym.unode.get(self.pid[g])
                     s = (unode and unode.get(e)) or sym.user_node(self.pid[g], e)
+                    if s.origin is UNRESOLVED:
+                        self.slot_own[k] = sym.resolve_user(self.pid[g], e)
                 elif what == 2:
                     s = sym.resolve_kernel(e, self.t_first[g])
                 else:
@@ -487,7 +500,7 @@ class _Chains(_Probe):
                 unres[k] = s.origin is UNRESOLVED
         if self.alone_l[g]:
             self.alone[g] = self._alone(g)
-        elif self.own_slot[g] < 0 and any(
+        elif self.odd[g] and any(
             map(self.slot_unres.__getitem__, self.node_slots[self.nstart[g] : self.nstart[g + 1]])
         ):
             # unresolved nodes: the sample's own entry goes first when it has no symbol
@@ -528,7 +541,13 @@ class _Chains(_Probe):
             self.node_slots,
             self.nstart,
         )
-        own_slot, alone, late = self.own_slot, self.alone, self.late
+        own_slot, alone, late, slot_own, odd = (
+            self.own_slot,
+            self.alone,
+            self.late,
+            self.slot_own,
+            self.odd,
+        )
         get = syms.__getitem__
         n = self.groups.count
         ids = [0] * n
@@ -546,9 +565,15 @@ class _Chains(_Probe):
                             nodes = (own, *nodes)
                     else:
                         nodes = (own, *nodes)
-                else:
+                elif odd[g]:
                     own = late.get(g)
                     if own is not None and own.origin is UNRESOLVED and nodes[0] is not own:
+                        nodes = (own, *nodes)
+                elif unres[sl[0]]:
+                    # the first node is the sample's own entry: without a symbol, the own
+                    # entry (as the sample names it) goes first when it is not that node
+                    own = slot_own[sl[0]]
+                    if own is not nodes[0]:
                         nodes = (own, *nodes)
                 ids[g] = chain_id(nodes)
             elif type(c) is tuple:
@@ -582,18 +607,6 @@ def _kernel_code(
             else:
                 out_of_line.append((addr, addr + max(length, 1)))
     return lo, hi, out_of_line
-
-
-def _kernel_changes(np: Any, sideband: list[Outgoing]) -> Any:
-    """The places of the records that may change what a kernel address names (KSYMBOL,
-    BPF_EVENT, kernel MMAPs): kernel call-chain nodes resolve alike between two."""
-    return np.array(
-        [
-            i for i, x in enumerate(sideband)
-            if x.rtype in KERNEL_CHANGES or (x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL)
-        ],
-        dtype=np.int64,
-    )  # fmt: skip
 
 
 def _bpf_times(sym: Symbolizer) -> list[int]:
