@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 
 from bpfsym.errors import FormatError
-from bpfsym.formats import bpf, btf, struct_of
+from bpfsym.formats import bpf, btf, integers, struct_of
 from bpfsym.model import FuncInfo, LineEntry
 
 # struct.Struct views of bpf_func_info / bpf_line_info, derived from formats.bpf
@@ -30,7 +30,7 @@ class BtfIndex:
         self.layout = btf.parse_header(blob, path)
         self.strings = bytes(blob[self.layout.str_start : self.layout.str_end])
         self._offsets: list[int] | None = None
-        self._u32 = struct.Struct("<I" if self.layout.little else ">I")
+        self._u32 = integers(self.layout.little).u32
 
     def string(self, off: int) -> str:
         return btf.string_at(self.strings, off, self.path, self.layout.str_start)
@@ -155,4 +155,4 @@ def resolve_lines(
 def jited_addrs(data: bytes, little: bool = True) -> list[int]:
     """The u64 array bpf_prog_info.jited_line_info points to."""
     n = len(data) // 8
-    return list(struct.unpack(("<" if little else ">") + "Q" * n, data[: n * 8]))
+    return list(integers(little).array("Q", n).unpack(data[: n * 8]))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bpfsym.formats import integers
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.formats.perf import SAMPLE_PREFIX_ORDER
@@ -57,12 +58,12 @@ class UserSampleLayout:
         self.branch_sample_type = branch_sample_type
         self.mask = regs_user
         self.little = little
-        e = "<" if little else ">"
-        self.u64 = struct.Struct(e + "Q")
-        self.u32 = struct.Struct(e + "I")
+        ints = integers(little)
+        self.u64 = ints.u64
+        self.u32 = ints.u32
         self.prefix = 8 * sum(1 for b in SAMPLE_PREFIX_ORDER if sample_type & b)
         self.regnums = tuple(i for i in range(64) if regs_user >> i & 1)
-        self.regs_struct = struct.Struct(f"{e}{len(self.regnums)}Q")
+        self.regs_struct = ints.array("Q", len(self.regnums))
         rf = read_format
         self.read_times = (rf & F.FORMAT_TOTAL_TIME_ENABLED != 0) + (
             rf & F.FORMAT_TOTAL_TIME_RUNNING != 0
@@ -79,7 +80,7 @@ class UserSampleLayout:
         self.read_fixed = (
             8 * (self.read_times + self.read_per_value) if sample_type & K.SAMPLE_READ else 0
         )
-        self.head = struct.Struct(f"{e}{len(self.regnums) + 2}Q")  # abi, regs, stack size
+        self.head = ints.array("Q", len(self.regnums) + 2)  # abi, regs, stack size
 
     @classmethod
     def of(cls, ev: Any, little: bool) -> UserSampleLayout:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from bpfsym.formats import integers
 from bpfsym.symbolize.unwind_stops import (
     NO_REGISTER,
     OUTSIDE,
@@ -75,7 +76,7 @@ class _Frame:
         self.stack = stack
         self.base = base
         self.end = base + len(stack)
-        self.u64 = struct.Struct("<Q" if little else ">Q").unpack_from
+        self.u64 = integers(little).u64.unpack_from
         self.little = little
 
     def use(self, n: int) -> None:
