@@ -261,8 +261,7 @@ class Symbolizer(UserResolver):
                     unode = self.unode[pid]
                 add(s)
             else:
-                s = self.resolve(mode, pid, e, t)
-                add(self.unresolved(s.dso, s.kind, e, s.reason) if s.origin is UNRESOLVED else s)
+                add(self.node(self.resolve(mode, pid, e, t), e))
         if first:
             out.append(self.resolve(cpumode, pid, ip, t))
         elif any(x.origin is UNRESOLVED for x in out) or (
@@ -281,21 +280,24 @@ class Symbolizer(UserResolver):
             timeless = False
         return tuple(out), timeless
 
+    def node(self, s: Sym, e: int) -> Sym:
+        """The call-chain node at address e whose symbol is s: s, or when s has none the
+        entry named by the raw address (in s's DSO), as perf's children entries."""
+        if s.origin is UNRESOLVED:
+            return self.unresolved(s.dso, s.kind, e, s.reason)
+        return s
+
     def kernel_node(self, e: int, t: int | None) -> Sym:
         """A kernel call-chain node at address e (at time t): its symbol, or its raw
         address when it has none; cached in knode unless BPF code (the time decides)."""
-        s = self.resolve_kernel(e, t)
-        if s.origin is UNRESOLVED:
-            s = self.unresolved(s.dso, s.kind, e, s.reason)
+        s = self.node(self.resolve_kernel(e, t), e)
         if type(self.kcache.get(e)) is not tuple:
             self.knode[e] = s
         return s
 
     def user_node(self, pid: int, e: int) -> Sym:
         """A user call-chain node of pid at address e, as kernel_node (cached in unode)."""
-        s = self.resolve_user(pid, e)
-        if s.origin is UNRESOLVED:
-            s = self.unresolved(s.dso, s.kind, e, s.reason)
+        s = self.node(self.resolve_user(pid, e), e)
         unode = self.unode.get(pid)
         if unode is None:
             unode = self.unode[pid] = {}
