@@ -29,6 +29,7 @@ from construct import (
 )
 
 from . import struct_of
+from .bpfinsn import bpf_insn_packed
 
 # enum bpf_cmd
 BPF_PROG_LOAD = 5
@@ -183,8 +184,9 @@ line_info = Struct(
     "line_off" / Int32ul,
     "line_col" / Int32ul,
 )
-# struct bpf_insn: code, dst_reg:4 src_reg:4 (little-endian bitfield order), off, imm
-bpf_insn = Struct("code" / Int8ul, "regs" / Int8ul, "off" / Int16sl, "imm" / Int32sl)
+# struct bpf_insn as the host ABI has it (little-endian), its register byte whole:
+# declared in formats.bpfinsn with the opcode fields
+bpf_insn = bpf_insn_packed(True)
 
 
 def line_number(line_col: int) -> int:
