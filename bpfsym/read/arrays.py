@@ -19,20 +19,23 @@ def unique(np: Any, a: Any) -> tuple[Any, Any]:
 
 
 def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
-    """The hexadecimal numbers of `width` digits at each of starts in buf (uint8), as
-    uint64 (a kallsyms text's address column); None where any is not hex."""
-    digit = np.full(256, 255, dtype=np.uint64)
+    """The hexadecimal numbers of `width` digits (at most 16) at each of starts in buf
+    (uint8), as uint64 (a kallsyms text's address column); None where any is not hex."""
+    digit = np.full(256, 255, dtype=np.uint8)
     for i, ch in enumerate(b"0123456789abcdef"):
         digit[ch] = i
     for i, ch in enumerate(b"ABCDEF"):
         digit[ch] = 10 + i
-    addr = np.zeros(len(starts), dtype=np.uint64)
-    for k in range(width):
-        d = digit[buf[starts + k]]
-        if bool((d == 255).any()):
-            return None
-        addr = (addr << np.uint64(4)) | d
-    return addr
+    # every number's digits at once, as a (numbers, 16) matrix padded with leading zeros;
+    # two digits make a byte, eight bytes a big-endian u64
+    d = np.zeros((len(starts), 16), dtype=np.uint8)
+    if len(starts):
+        rows = np.lib.stride_tricks.sliding_window_view(buf, width)  # row i: buf[i:i+width]
+        d[:, 16 - width :] = digit[rows[starts]]
+    if bool((d == 255).any()):
+        return None
+    pairs = (d[:, 0::2] << np.uint8(4)) | d[:, 1::2]
+    return np.ascontiguousarray(pairs).view(">u8").ravel().astype(np.uint64)
 
 
 def kallsyms_lines(np: Any, raw: bytes) -> tuple[Any, Any, Any, int, Any] | None:
