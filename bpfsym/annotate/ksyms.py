@@ -63,7 +63,8 @@ class TextNames(KernelNames):
         first = np.ones(len(a), dtype=bool)
         first[1:] = a[1:] != a[:-1]
         order = order[first]
-        self._addrs = addr[order].tolist()
+        self._np = np
+        self._addrs = addr[order]  # searched in place: a few dozen lookups, 100k+ symbols
         self._text = text[order]
         self._start = start[order]
         self._made: dict[int, str] = {}
@@ -89,12 +90,19 @@ class TextNames(KernelNames):
         return got
 
     def first_at(self, addr: int) -> str | None:
-        i = bisect.bisect_left(self._addrs, addr)
-        return self._name(i) if i < len(self._addrs) and self._addrs[i] == addr else None
+        if not 0 <= addr < 1 << 64:
+            return None
+        i = int(self._np.searchsorted(self._addrs, addr, side="left"))
+        return self._name(i) if i < len(self._addrs) and int(self._addrs[i]) == addr else None
 
     def floor(self, addr: int) -> tuple[int, str] | None:
-        i = bisect.bisect_right(self._addrs, addr) - 1
-        return (self._addrs[i], self._name(i)) if i >= 0 else None
+        if addr < 0:
+            return None
+        if addr >= 1 << 64:
+            i = len(self._addrs) - 1
+        else:
+            i = int(self._np.searchsorted(self._addrs, addr, side="right")) - 1
+        return (int(self._addrs[i]), self._name(i)) if i >= 0 else None
 
     def find(self, name: str) -> int | None:
         found = set()
