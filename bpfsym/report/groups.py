@@ -83,6 +83,12 @@ def summarize(np: Any, of: Any, count: int, before: Any, index: Any = None) -> G
     return Groups(of, count, first, at)
 
 
+def kernel_map(x: Outgoing) -> bool:
+    """Whether a side-band record maps kernel code (an MMAP or MMAP2 of the kernel's own
+    map or a module's): it moves what a kernel address names."""
+    return x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL
+
+
 def kernel_states(np: Any, sideband: list[Outgoing], before: Any, maps: bool = False) -> Any:
     """Per sample (or group, placed after `before` side-band records): how many kernel
     symbol changes (KSYMBOL, BPF_EVENT; with maps also the kernel's MMAP and MMAP2
@@ -91,7 +97,7 @@ def kernel_states(np: Any, sideband: list[Outgoing], before: Any, maps: bool = F
         [
             i for i, x in enumerate(sideband)
             if x.rtype in KERNEL_CHANGES
-            or (maps and x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL)
+            or (maps and kernel_map(x))
         ],
         dtype=np.int64,
     )  # fmt: skip

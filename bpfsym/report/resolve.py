@@ -22,7 +22,6 @@ from bpfsym.report.accumulate import Accumulator, Interned
 from bpfsym.report.filters import SampleFilter
 from bpfsym.report.groups import (
     BIG,
-    MAP_RECORDS,
     Groups,
     Members,
     UserStates,
@@ -30,6 +29,7 @@ from bpfsym.report.groups import (
     chain_groups,
     comm_groups,
     dense,
+    kernel_map,
     kernel_states,
     map_states,
 )
@@ -198,8 +198,7 @@ class _Addresses(_Probe):
             covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
         # kallsyms names only what lies in the kernel's own map (modules: their maps)
         vmlinux = sym.vmlinux_range()
-        if vmlinux is None or any(x.rtype in MAP_RECORDS and x.args[6] == F.MISC_KERNEL
-                                  for x in sideband):  # fmt: skip
+        if vmlinux is None or any(map(kernel_map, sideband)):
             return None
         covered |= ips < np.uint64(vmlinux[0])
         if vmlinux[1] < 1 << 64:
@@ -318,7 +317,6 @@ class _Chains(_Probe):
         self.sym = d.sideband.sym
         self.ids = d.ids
         self.groups = groups
-        self.at = groups.at
         self.t = samples["t"]
         first = groups.first
         self.members = Members(np, groups.of, groups.count)
