@@ -169,7 +169,8 @@ def test_the_side_file_fixtures_kallsyms_names_read_in_place() -> None:
     syms = parse_kallsyms("".join(texts))
     assert len(syms) > 1000
     picked = syms[:: max(len(syms) // 3000, 1)]
-    probes = [s.addr for s in picked] + [s.addr + 7 for s in picked] + [0, 1 << 63]
+    probes = [s.addr for s in picked] + [s.addr + 7 for s in picked]
+    probes += [0, 1 << 63, (1 << 64) - 1, 1 << 64]  # past the last address too
     names = [s.name for s in picked[:300]] + ["__bpf_call_base", "no_such_symbol"]
     check_names(texts, probes, names)
 
@@ -186,6 +187,15 @@ LINE = st.tuples(
 def test_text_names_are_the_parsed_lists_names(texts: list[list[tuple]]) -> None:
     out = ["".join(f"{a:016x} {t} {n}{m}\n" for a, t, n, m in lines) for lines in texts]
     check_names(out, list(range(-1, 15)), ["f", "g", "h", "f_x", "xf", "x"])
+
+
+@given(st.lists(st.lists(LINE, max_size=12), min_size=1, max_size=3))
+def test_text_names_of_8_digit_addresses_are_the_parsed_lists_names(
+    texts: list[list[tuple]],
+) -> None:
+    # a 32-bit kernel's kallsyms: the address column is 8 digits wide
+    out = ["".join(f"{a:08x} {t} {n}{m}\n" for a, t, n, m in lines) for lines in texts]
+    check_names(out, list(range(-1, 15)) + [1 << 32, 1 << 64], ["f", "g", "x"])
 
 
 @pytest.mark.parametrize(
