@@ -155,6 +155,9 @@ class Recorder:
         self.worker.join()
 
 
+WAKER_WAIT = 5.0  # seconds the stop path waits for the perf waker's last load
+
+
 @dataclass
 class Launch:
     """The command (or perf with it) started, and what its stop must undo."""
@@ -222,7 +225,14 @@ def record(
     rec.backseat.hurry()
     if launch.waker is not None:
         launch.waker.stop.set()
-        launch.waker.join()
+        launch.waker.join(WAKER_WAIT)
+        if launch.waker.is_alive():  # in a BPF load the kernel has not finished
+            rec.warnings.append(f"warn: a {perf_process.WAKE_NAME} load has not returned")
+            print(
+                f"bpfsym record: warning: a {perf_process.WAKE_NAME} load has not returned "
+                f"after {WAKER_WAIT:g} s (the kernel's BPF loads are stalled); not waited for",
+                file=sys.stderr,
+            )
     if launch.kallsyms_file:
         perf_process.remove_file(launch.kallsyms_file)
     if stats is not None:

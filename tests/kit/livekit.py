@@ -18,16 +18,74 @@ DEMO = BPF / "demo.bpf.o"
 CHURN = BPF / "churn.bpf.o"
 LOADER = BPF / "loader"
 
-# run the same bpfsym the tests import (installed package, or the work tree)
-ENV = dict(os.environ, PYTHONPATH=str(Path(bpfsym.__file__).resolve().parents[1]))
+# run the same bpfsym the tests import (installed package, or the work tree); with
+# faulthandler on, so that a run that hangs tells where (bpfsym_run's SIGABRT)
+ENV = dict(
+    os.environ,
+    PYTHONPATH=str(Path(bpfsym.__file__).resolve().parents[1]),
+    PYTHONFAULTHANDLER="1",
+)
 BPFSYM = [sys.executable, "-P", "-m", "bpfsym"]
 
 
-def bpfsym_run(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+def bpfsym_run(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:
+    """bpfsym ARGS, output captured. One that outlives timeout fails the test with where
+    it was: every process of its tree with its threads' kernel stacks, then (SIGABRT,
+    faulthandler) every Python thread's traceback."""
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
-    kw.setdefault("timeout", 300)
-    return subprocess.run([*BPFSYM, *args], env=ENV, **kw)
+    cmd = [*BPFSYM, *args]
+    with subprocess.Popen(cmd, env=ENV, **_popen_kw(kw)) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            where = process_tree_report(p.pid)
+            p.send_signal(signal.SIGABRT)
+            try:
+                out, err = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            raise AssertionError(
+                f"bpfsym {' '.join(args)}: still running after {timeout} s\n{where}\n"
+                f"--- its stderr (Python tracebacks at the end) ---\n{err}"
+            ) from None
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def _popen_kw(kw: dict) -> dict:
+    if kw.pop("capture_output", False):
+        kw["stdout"] = kw["stderr"] = subprocess.PIPE
+    return kw
+
+
+def process_tree_report(pid: int) -> str:
+    """pid and its descendants: command line, state, each thread's name, wait channel and
+    kernel stack (what a hang is waiting for)."""
+    lines: list[str] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop(0)
+        proc = Path(f"/proc/{p}")
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(
+                ln for ln in (proc / "status").read_text().splitlines() if ln.startswith("State")
+            )
+        except (OSError, StopIteration):
+            continue
+        lines.append(f"== {p} {state.split(None, 1)[1]}: {cmdline.strip()}")
+        for task in sorted(proc.glob("task/*"), key=lambda t: int(t.name)):
+            try:
+                comm = (task / "comm").read_text().strip()
+                wchan = (task / "wchan").read_text().strip()
+                stack = (task / "stack").read_text().strip()
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+            lines.append(f"  -- thread {task.name} {comm} wchan={wchan or '-'}")
+            lines.extend("     " + ln for ln in stack.splitlines())
+    return "\n".join(lines)
 
 
 def record_demo(out: Path, *perf_opts: str, run: tuple[str, ...] = ("--seconds", "1")) -> None:
