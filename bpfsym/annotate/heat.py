@@ -22,6 +22,7 @@ from typing import Any
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
 from bpfsym.model import Capture, Program
+from bpfsym.read.arrays import stable_argsort
 from bpfsym.read.bulk import BulkData, NotBulk, file_size, load_numpy
 from bpfsym.read.perfdata import SPECIAL_RECORDS, PerfData
 from bpfsym.read.samples import field_offsets
@@ -184,7 +185,7 @@ def place(np: Any, timeline: BpfTimeline, ips: Any, times: Any) -> Heat:
     between their load and unload times; the timeline picks once per such stretch and
     each sample counts for the pick of the stretch its time falls in."""
     out: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    perm = np.argsort(ips, kind="stable")  # one sort: each address's samples in a run
+    perm = stable_argsort(np, ips)  # one sort: each address's samples in a run
     ips, times = ips[perm], times[perm]
     new = np.empty(len(ips), dtype=bool)
     new[:1] = True

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bpfsym.model import KernelSymbol
-from bpfsym.read.arrays import kallsyms_lines
+from bpfsym.read.arrays import kallsyms_lines, stable_argsort
 
 NAMED_TYPES = b"tTwW"
 
@@ -58,7 +58,7 @@ class TextNames(KernelNames):
         addr = np.concatenate([c[0] for c in cols])
         text = np.concatenate([np.full(len(c[0]), i, dtype=np.int64) for i, c in enumerate(cols)])
         start = np.concatenate([c[1] for c in cols])
-        order = np.argsort(addr, kind="stable")  # text by text, line by line at one address
+        order = stable_argsort(np, addr)  # text by text, line by line at one address
         a = addr[order]
         first = np.ones(len(a), dtype=bool)
         first[1:] = a[1:] != a[:-1]

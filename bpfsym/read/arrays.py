@@ -7,8 +7,11 @@ from typing import Any
 
 def unique(np: Any, a: Any) -> tuple[Any, Any]:
     """np.unique(a, return_inverse=True) for a 1-d array, without np.unique: numpy 2's
-    imports numpy.ma on first use, which costs a short report more than the sorting."""
-    perm = np.argsort(a, kind="stable")
+    imports numpy.ma on first use, which costs a short report more than the sorting.
+    Equal values may come in any order: neither the values nor the inverse depend on it."""
+    perm = packed_argsort(np, a)
+    if perm is None:
+        perm = np.argsort(a)
     s = a[perm]
     new = np.empty(len(s), dtype=bool)
     new[:1] = True
@@ -16,6 +19,38 @@ def unique(np: Any, a: Any) -> tuple[Any, Any]:
     inv = np.empty(len(s), dtype=np.int64)
     inv[perm] = np.cumsum(new) - 1
     return s[new], inv
+
+
+def stable_argsort(np: Any, a: Any) -> Any:
+    """np.argsort(a, kind="stable") of a 1-d integer array: the same permutation, found
+    faster where packed_argsort can (numpy's stable sort of 64-bit integers is a merge
+    sort); its stable sort otherwise, and of 16-bit values (a radix sort)."""
+    perm = packed_argsort(np, a) if a.dtype.itemsize > 2 else None
+    return np.argsort(a, kind="stable") if perm is None else perm
+
+
+def packed_argsort(np: Any, a: Any) -> Any:
+    """The stable argsort of a 1-d integer array as one sort of values, not of indexes:
+    each element's (value - min) in the high bits of an int64 and its index in the low
+    ones, sorted, the index masked out. numpy sorts 64-bit values several times faster
+    than it argsorts them (on x86 with AVX-512: ~1.5 ms against ~11 ms for 300k; its
+    stable argsort, a merge sort, ~20 ms). None when the values' span leaves no room."""
+    n = len(a)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    bits = (n - 1).bit_length()
+    lo, hi = int(a.min()), int(a.max())
+    if (hi - lo) >> (63 - bits):
+        return None
+    if a.dtype.kind == "u" and a.dtype.itemsize == 8:  # the difference fits in int64
+        key = (a.astype(np.uint64) - np.uint64(lo)).astype(np.int64)
+    else:  # in int64 first: the difference of two int32 may not fit in int32
+        key = a.astype(np.int64) - lo
+    key <<= bits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    key &= (1 << bits) - 1
+    return key
 
 
 def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:

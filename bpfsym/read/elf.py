@@ -40,6 +40,7 @@ from elftools.elf.sections import NoteSection, StringTableSection
 from elftools.elf.structs import ELFStructs
 
 from bpfsym.errors import FormatError
+from bpfsym.read.arrays import stable_argsort
 
 # What pyelftools raises on bad input: its own errors (construct's wrapped as ELFParseError
 # by struct_parse, not always), struct's, a bad UTF-8 name (a ValueError), a seek or read
@@ -563,7 +564,7 @@ class ElfImage:
         unsized = np.flatnonzero((size == 0) & (sh < len(ends)))
         if len(unsized):
             size[unsized] = value[unsized] - np.array(ends, dtype=np.int64)[sh[unsized]]
-        order = np.argsort(value, kind="stable")
+        order = stable_argsort(np, value)
         value, size = value[order], size[order]
         bind = (a["st_info"][keep][order] >> 4).astype(np.int64)
         names = a["st_name"][keep][order].astype(np.int64)

@@ -13,7 +13,7 @@ from typing import Any
 
 from bpfsym.errors import FormatError
 from bpfsym.model import Capture, KernelSymbol
-from bpfsym.read.arrays import kallsyms_lines
+from bpfsym.read.arrays import kallsyms_lines, stable_argsort
 
 KALLSYMS_TYPES = set("TtWwDdBbul")  # perf's symbol_type__filter for kallsyms
 
@@ -116,7 +116,7 @@ class KernelSymbols:
         if any(raw[e - 6 : e] == b"\t[bpf]" for e in bpf.tolist()):
             return False
         keep = np.flatnonzero(wanted[buf[starts + width + 1]] & (addr != 0))
-        order = keep[np.argsort(addr[keep], kind="stable")]
+        order = keep[stable_argsort(np, addr[keep])]
         a = addr[order]
         last = np.ones(len(a), dtype=bool)  # of one address, the last line (see _build)
         last[:-1] = a[1:] != a[:-1]

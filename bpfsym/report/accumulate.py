@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bpfsym.read.arrays import unique
+from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.read.perfdata import PerfData
 from bpfsym.report.aggregates import Aggregates, add_to
@@ -223,7 +223,7 @@ def group_totals(np: Any, key: Any, period: Any, at: Any) -> tuple[int, list[int
     if int(period.sum()) < 1 << 53:  # float sums of integers stay exact
         sums = [int(x) for x in np.bincount(inv, weights=period.astype(np.float64)).tolist()]
     else:
-        perm = np.argsort(inv, kind="stable")
+        perm = stable_argsort(np, inv)
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         sums = np.add.reduceat(period[perm], starts).tolist()
     first = np.full(nrows, BIG, dtype=np.int64)

@@ -16,7 +16,7 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.read.arrays import unique
+from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import BulkData, NotBulk
 from bpfsym.report.accumulate import Accumulator, Interned
 from bpfsym.report.filters import SampleFilter
@@ -128,7 +128,7 @@ def _walk(np: Any, probes: list[_Probe], sideband: list[Outgoing], apply: Any) -
     at = np.concatenate([p.at for p in probes])
     kind = np.concatenate([np.full(len(p.at), k, dtype=np.int64) for k, p in enumerate(probes)])
     index = np.concatenate([np.arange(len(p.at)) for p in probes])
-    order = np.argsort(at, kind="stable")
+    order = stable_argsort(np, at)
     at_l, kind_l, index_l = at[order].tolist(), kind[order].tolist(), index[order].tolist()
     resolvers = [p.resolve for p in probes]
     p = 0
@@ -333,7 +333,7 @@ class _Chains(_Probe):
         self.words = d.data.u64  # the data section's words, in the file's byte order
         self.times_gen, self.times = -1, None  # BPF load/unload times, as of kgen
         n = groups.count
-        self.order = np.argsort(groups.at, kind="stable")  # the walk's order of the groups
+        self.order = stable_argsort(np, groups.at)  # the walk's order of the groups
         self.alone: list[Any] = [None] * n  # chains of the groups resolved on their own
         self._plan(samples, word_at, ip, pid, cpumode, sideband)
 
@@ -440,7 +440,7 @@ class _Chains(_Probe):
         fmin = np.empty(nslots, dtype=np.int64)
         fmin[slot[hit]] = np.flatnonzero(hit)
         new_at: dict[int, list[int]] = {}
-        by_first = np.argsort(firsts, kind="stable")
+        by_first = stable_argsort(np, firsts)
         groups_l = occ_g[fmin[by_first]].tolist()
         for k, g in zip(by_first.tolist(), groups_l, strict=True):
             new = new_at.get(g)

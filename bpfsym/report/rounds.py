@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, NamedTuple
 
+from bpfsym.read.arrays import stable_argsort
 from bpfsym.report.window import Samples, Window
 
 
@@ -134,7 +135,7 @@ def places(np: Any, samples: Samples, sideband: list[Outgoing]) -> Any:
     if not len(mixed):
         return before
     t, seq = samples["t"], samples["seq"]
-    mixed = mixed[np.argsort(flush[mixed], kind="stable")]
+    mixed = mixed[stable_argsort(np, flush[mixed])]
     bounds = np.flatnonzero(np.diff(flush[mixed])) + 1
     for part in np.split(mixed, bounds):  # the samples of one flush
         a, z = int(lo[part[0]]), int(hi[part[0]])

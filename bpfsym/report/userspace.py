@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bpfsym.read.arrays import unique
+from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report.accumulate import Interned
 from bpfsym.symbolize.symbolizer import Symbolizer
@@ -86,7 +86,7 @@ def user_group_syms(
     entry = entry[mapped]
     rel = ips[mapped] - entry_start[entry] + entry_pgoff[entry]  # the file offset mapped there
     file = entry_file[entry]
-    order = np.argsort(file, kind="stable")
+    order = stable_argsort(np, file)
     bounds = np.flatnonzero(np.diff(file[order])) + 1
     for part in np.split(order, bounds):  # the groups in one file
         m = entries[int(entry[part[0]])]
