@@ -18,7 +18,7 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.read.arrays import unique
+from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report.rounds import Outgoing
 from bpfsym.report.window import Samples
@@ -174,19 +174,52 @@ def chain_groups(
     np: Any, words: Any, samples: Samples, sideband: list[Outgoing], before: Any, mode: Any
 ) -> Groups:
     """Group samples by (call chain, mode, address, their pid's maps, kernel symbols):
-    those resolve their chain alike. words: the data section's u64 words."""
-    chain = chain_ids(np, words, samples)
-    kstate = kernel_states(np, sideband, before)
-    ustate = dense(np, map_states(np, sideband, samples["pid"], before))[0]
-    ip_id = unique(np, samples["ip"])[1]
-    of, count = chain, int(chain.max()) + 1 if len(chain) else 0
-    cols = (mode, ip_id, ustate, kstate)
-    radixes = [int(col.max()) + 1 if len(col) else 1 for col in cols]
+    those resolve their chain alike. words: the data section's u64 words.
+
+    The groups are numbered in the order of those columns (a chain by its hash's value,
+    the others by their own). A column alike within every chain orders nothing and is
+    left out (mode and address nearly always are: the chain's first entry is the
+    address; the states unless a side-band record falls among a chain's samples), and
+    of the chains' own sort only the chains whose columns vary are sorted again."""
+    chain, count, perm, first = chain_ids(np, words, samples)
+    head = first[chain]  # each sample's chain's first sample
+    cols, varies = [], None
+    for col in (
+        mode,
+        samples["ip"],
+        map_states(np, sideband, samples["pid"], before),
+        kernel_states(np, sideband, before),
+    ):
+        differs = col != col[head]
+        if len(col) and bool(differs.any()):
+            cols.append(col)
+            varies = differs if varies is None else varies | differs
+    if varies is None:
+        return summarize(np, chain, count, before)
+    radixes = [int(col.max()) + 1 for col in cols]
+    if count * math.prod(radixes) >= 1 << 62:  # as ranks, each its own sort
+        cols = [dense(np, col)[0] for col in cols]
+        radixes = [int(col.max()) + 1 for col in cols]
     if count * math.prod(radixes) < 1 << 62:  # one key of all columns: one numbering
+        of = chain
         for col, radix in zip(cols, radixes, strict=True):
-            of = of * radix + col
-        of, count = dense(np, of)
-        return summarize(np, of, count, before)
+            of = of * radix + col.astype(np.int64)
+        # sorted by chain, the samples of a chain whose columns vary sorted by the key
+        # among themselves (those chains' places, in order, hold them in key order)
+        again = np.zeros(count, dtype=bool)
+        again[chain[varies]] = True
+        by_chain = of[perm]
+        place = np.flatnonzero(again[chain[perm]])
+        order = perm.copy()
+        order[place] = perm[place[np.argsort(by_chain[place])]]
+        key = of[order]
+        new = np.empty(len(key), dtype=bool)
+        new[:1] = True
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        of = np.empty(len(key), dtype=np.int64)
+        of[order] = np.cumsum(new) - 1
+        return summarize(np, of, int(new.sum()), before)
+    of = chain
     for col, radix in zip(cols, radixes, strict=True):
         if count * radix >= 1 << 62:
             raise NotBulk("too many call chain groups")
@@ -194,8 +227,10 @@ def chain_groups(
     return summarize(np, of, count, before)
 
 
-def chain_ids(np: Any, words: Any, samples: Samples) -> Any:
-    """A dense id per sample for its call chain's words (equal ids: equal words)."""
+def chain_ids(np: Any, words: Any, samples: Samples) -> tuple[Any, int, Any, Any]:
+    """A dense id per sample for its call chain's words (equal ids: equal words), in the
+    order of the chains' hashes; the number of ids, a permutation of the samples that
+    sorts them by id, and each id's first sample."""
     nr = samples["nr"]
     first = samples["chain"] + 1  # word index of each chain's first entry
     total = int(nr.sum())
@@ -209,14 +244,44 @@ def chain_ids(np: Any, words: Any, samples: Samples) -> Any:
     if len(some):
         h[some] = np.add.reduceat(w * mult[pos], starts[some])
     h ^= nr.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    ids, nid = dense(np, h)
-    # a hash is no proof: every chain must equal its group's first, word for word
-    rep = np.full(nid, len(nr), dtype=np.int64)
-    np.minimum.at(rep, ids, np.arange(len(nr), dtype=np.int64))
-    r = rep[ids]
-    if bool((nr[r] != nr).any()) or bool((words[np.repeat(first[r], nr) + pos] != w).any()):
-        raise NotBulk("call chain hash collision")
-    return ids
+    for full in (False, True):
+        ids, nid, perm, rep = _number(np, h, full)
+        # a hash is no proof: every chain must equal its group's first, word for word
+        r = rep[ids]
+        if not (nr[r] != nr).any() and not (words[np.repeat(first[r], nr) + pos] != w).any():
+            return ids, nid, perm, rep
+    raise NotBulk("call chain hash collision")
+
+
+def _number(np: Any, h: Any, full: bool) -> tuple[Any, int, Any, Any]:
+    """Number the hashes h 0.. in value order: (each one's number, how many, a
+    permutation sorting them, each number's first index). Not full: by the hash's high
+    bits, the low ones making room for the index (one sort of values, packed_argsort's
+    way, which leaves each number's indexes in order); two hashes alike there are then
+    one number, which the caller's proof finds."""
+    n = len(h)
+    bits = (n - 1).bit_length() if n > 1 else 1
+    if full or bits > 32:
+        perm = np.argsort(h)  # equal hashes in any order: the numbers do not depend on it
+        hs = h[perm]
+    else:
+        key = ((h >> np.uint64(bits + 1)) << np.uint64(bits)).view(np.int64)
+        key |= np.arange(n, dtype=np.int64)
+        key.sort()
+        hs = key >> bits
+        perm = key & ((1 << bits) - 1)
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(hs[1:], hs[:-1], out=new[1:])
+    ids = np.empty(n, dtype=np.int64)
+    ids[perm] = np.cumsum(new) - 1
+    count = int(new.sum())
+    if full or bits > 32:
+        first = np.full(count, n, dtype=np.int64)
+        np.minimum.at(first, ids, np.arange(n, dtype=np.int64))
+    else:
+        first = perm[new]
+    return ids, count, perm, first
 
 
 @functools.cache
@@ -243,7 +308,7 @@ class Members:
         np = self.np
         if self.perm is None:
             key = self.of.astype(np.uint16) if self.count <= 1 << 16 else self.of
-            self.perm = np.argsort(key, kind="stable")
+            self.perm = stable_argsort(np, key)
             counts = np.bincount(self.of, minlength=self.count)
             self.starts = np.concatenate(([0], np.cumsum(counts)))
         return self.perm[self.starts[g] : self.starts[g + 1]]

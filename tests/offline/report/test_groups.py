@@ -1,0 +1,155 @@
+"""The bulk pass's groupings (report.groups) and the sorts under them (read.arrays), on
+random inputs: against numpy's own stable sort and np.unique, and against what a grouping
+must be (samples together exactly when they agree on every column, groups numbered in
+the order of the columns)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpfsym.formats import perf as K
+from bpfsym.formats import perfdata as F
+from bpfsym.read.arrays import stable_argsort, unique
+from bpfsym.read.bulk import NotBulk
+from bpfsym.report import groups
+from bpfsym.report.groups import chain_groups, chain_ids, kernel_states, map_states
+from bpfsym.report.rounds import Outgoing
+
+DTYPES = [np.int64, np.uint64, np.int32, np.uint32, np.uint16]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(DTYPES),
+    st.integers(0, 300),
+    st.sampled_from([1, 3, 1000, 1 << 30, 1 << 62]),
+    st.sampled_from([0, 7, 1 << 40, 0xFFFFFFFF80000000]),
+    st.integers(0, 2**32 - 1),
+)
+def test_stable_argsort_is_numpys_stable_sort(dtype, n, span, base, seed):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    hi = min(base + span, int(info.max))
+    lo = min(base, hi)
+    if info.min < 0 and seed % 2:
+        lo = max(-span, int(info.min))
+    a = rng.integers(lo, hi, n, endpoint=True, dtype=np.int64 if hi < 1 << 63 else np.uint64)
+    a = a.astype(dtype)
+    assert (stable_argsort(np, a) == np.argsort(a, kind="stable")).all()
+    values, inverse = unique(np, a)
+    want_values, want_inverse = np.unique(a, return_inverse=True)
+    assert (values == want_values).all() and (inverse == want_inverse.ravel()).all()
+
+
+def _sideband(rng, n: int, pids: list[int]) -> list[Outgoing]:
+    """n records: MMAP2s of the pids and KSYMBOLs (map and kernel symbol changes) and
+    others that change neither, in delivery order."""
+    out = []
+    for i in range(n):
+        kind = int(rng.integers(0, 3))
+        if kind == 0:
+            rtype = K.RECORD_MMAP2
+            args: tuple = (int(rng.choice(pids)), 0, 0, 0, 0, "", F.MISC_USER)
+        elif kind == 1:
+            rtype, args = K.RECORD_KSYMBOL, (0, 0, 0, 0, "", 0)
+        else:
+            rtype, args = K.RECORD_EXIT, (0,)
+        out.append(Outgoing(i, i, i, rtype, args, 0))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(1, 12),
+    st.integers(0, 6),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
+    n, distinct, nsideband, vary, seed
+):
+    rng = np.random.default_rng(seed)
+    # `distinct` call chains (some empty), each sample one of them, laid out in a word array
+    chains = [
+        rng.integers(1, 50, int(rng.integers(0, 6))).astype(np.uint64) for _ in range(distinct)
+    ]
+    which = rng.integers(0, distinct, n)
+    words, at = [np.uint64(0)], []
+    for c in which.tolist():
+        at.append(len(words))
+        words.append(np.uint64(len(chains[c])))
+        words.extend(chains[c].tolist())
+    words_a = np.array(words, dtype=np.uint64)
+    nr = np.array([len(chains[c]) for c in which.tolist()], dtype=np.int64)
+    pids = [10, 11, 4000000]
+    pid = np.array([pids[c % 3] for c in which.tolist()], dtype=np.uint32)
+    # mode and address follow the chain, as in real files; with vary, not always
+    kbase = 0xFFFFFFFF81000000  # kernel addresses: as a key's column, too wide unranked
+    ip = np.array(
+        [(kbase if c % 2 else 0) + (int(chains[c][0]) if len(chains[c]) else 7) for c in which],
+        dtype=np.uint64,
+    )
+    mode = np.array([F.MISC_KERNEL if c % 2 else F.MISC_USER for c in which], dtype=np.int64)
+    if vary:
+        some = rng.integers(0, n, max(1, n // 10))
+        ip[some] += np.uint64(8)
+        mode[some[: len(some) // 2]] = F.MISC_HYPERVISOR
+        pid[some[::3]] = 11
+    sideband = _sideband(rng, nsideband, pids)
+    before = np.sort(rng.integers(0, nsideband + 1, n)).astype(np.int64)
+    samples = {"nr": nr, "chain": np.array(at, dtype=np.int64), "ip": ip, "pid": pid}
+
+    g = chain_groups(np, words_a, samples, sideband, before, mode)
+    ids = chain_ids(np, words_a, samples)[0]
+    mstate = map_states(np, sideband, pid, before)
+    kstate = kernel_states(np, sideband, before)
+    key = [
+        (int(ids[i]), int(mode[i]), int(ip[i]), int(mstate[i]), int(kstate[i])) for i in range(n)
+    ]
+    # chain ids: equal exactly for equal chains (two of the random ones may be equal)
+    words_of = [tuple(chains[c].tolist()) for c in which.tolist()]
+    for i in range(n):
+        for j in (0, n // 2, n - 1):
+            assert (ids[i] == ids[j]) == (words_of[i] == words_of[j])
+    # groups: equal exactly for equal keys, numbered in the keys' order
+    order = sorted(set(key))
+    assert g.count == len(order)
+    number = {k: i for i, k in enumerate(order)}
+    assert g.of.tolist() == [number[k] for k in key]
+    assert g.first.tolist() == [key.index(k) for k in order]
+    assert g.at.tolist() == [min(int(before[i]) for i in range(n) if key[i] == k) for k in order]
+
+
+def _chain_samples(chains: list[list[int]]) -> tuple[np.ndarray, dict]:
+    words, at = [0], []
+    for c in chains:
+        at.append(len(words))
+        words += [len(c), *c]
+    samples = {
+        "nr": np.array([len(c) for c in chains], dtype=np.int64),
+        "chain": np.array(at, dtype=np.int64),
+    }
+    return np.array(words, dtype=np.uint64), samples
+
+
+def test_chain_hashes_alike_in_their_high_bits_are_told_apart(monkeypatch):
+    # with every multiplier 1, a one-entry chain's hash is its word (xor a constant):
+    # 4 and 5 differ in the lowest bit only, which the first numbering leaves out
+    monkeypatch.setattr(groups, "chain_multipliers", lambda np_, n: np.ones(n, dtype=np.uint64))
+    words, samples = _chain_samples([[4], [5], [4], [5], [5]])
+    ids, count, perm, first = chain_ids(np, words, samples)
+    a, b = ids[0], ids[1]
+    assert ids.tolist() == [a, b, a, b, b] and {a, b} == {0, 1} and count == 2
+    assert first[a] == 0 and first[b] == 1
+    assert ids[perm].tolist() == sorted(ids.tolist())
+
+
+def test_chains_of_one_hash_are_no_group(monkeypatch):
+    monkeypatch.setattr(groups, "chain_multipliers", lambda np_, n: np.ones(n, dtype=np.uint64))
+    words, samples = _chain_samples([[1, 2], [2, 1]])  # sums alike: one full hash
+    with pytest.raises(NotBulk):
+        chain_ids(np, words, samples)
