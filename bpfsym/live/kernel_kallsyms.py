@@ -17,11 +17,20 @@ def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
     out = bytearray()
     chunk = bytearray(1 << 20)  # reused: /proc/kallsyms gives about 4 KB per call
     view = memoryview(chunk)
+    # "\t[bpf]" is looked for from the first "[" on (module and BPF lines, after every
+    # kernel symbol: symbol names have none), found by memchr: the 6-byte search over
+    # the whole text took 7 ms of 10 for a 5 MB kallsyms
+    bracket = -1
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         while n := os.readv(fd, [view]):
             start = max(len(out) - 6, 0)
             out += view[:n]
+            if bracket < 0:
+                bracket = out.find(b"[", start)
+                if bracket < 0:
+                    continue
+                start = max(bracket - 1, 0)
             cut = out.find(b"\t[bpf]", start)
             if cut >= 0:
                 del out[out.rfind(b"\n", 0, cut) + 1 :]

@@ -56,6 +56,8 @@ def packed_argsort(np: Any, a: Any) -> Any:
 def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
     """The hexadecimal numbers of `width` digits (at most 16) at each of starts in buf
     (uint8), as uint64 (a kallsyms text's address column); None where any is not hex."""
+    if width in (8, 16) and len(starts) and int(starts.max()) + width <= len(buf):
+        return _hex_words(np, buf, starts, width)
     digit = np.full(256, 255, dtype=np.uint8)
     for i, ch in enumerate(b"0123456789abcdef"):
         digit[ch] = i
@@ -71,6 +73,35 @@ def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
         return None
     pairs = (d[:, 0::2] << np.uint8(4)) | d[:, 1::2]
     return np.ascontiguousarray(pairs).view(">u8").ravel().astype(np.uint64)
+
+
+_B = 0x0101010101010101  # a byte's constant in each of a u64's bytes
+
+
+def _hex_words(np: Any, buf: Any, starts: Any, width: int) -> Any:
+    """hex_column of 8 or 16 digits as arithmetic on u64 words, 8 digits a word (one
+    gather per word, not one per digit, and no table): each byte checked to be a digit
+    or a letter a-f/A-F (ranges by carries into the byte's top bit, which ASCII leaves
+    clear), made its value, and the 8 values packed into 32 bits."""
+    u64 = np.uint64
+    words = np.ndarray((len(buf) - 7,), dtype=">u8", buffer=buf, strides=(1,))  # unaligned
+    out = np.zeros(len(starts), dtype=u64)
+    for at in range(0, width, 8):
+        x = words[starts + at].astype(u64)
+        if bool((x & u64(0x80 * _B)).any()):
+            return None  # not ASCII: the carries below would cross bytes
+        top = u64(0x80 * _B)
+        digit = ((x + u64(0x50 * _B)) & ~(x + u64(0x46 * _B))) & top  # 0x30 <= c < 0x3a
+        y = x | u64(0x20 * _B)  # A-F as a-f
+        letter = ((y + u64(0x1F * _B)) & ~(y + u64(0x19 * _B))) & top  # 0x61 <= c < 0x67
+        if bool(((digit | letter) != top).any()):
+            return None
+        v = (x & u64(0x0F * _B)) + (letter >> u64(7)) * u64(9)  # each byte's value
+        v = (v | (v >> u64(4))) & u64(0x00FF00FF00FF00FF)
+        v = (v | (v >> u64(8))) & u64(0x0000FFFF0000FFFF)
+        v = (v | (v >> u64(16))) & u64(0xFFFFFFFF)
+        out = (out << u64(32)) | v
+    return out
 
 
 def kallsyms_lines(np: Any, raw: bytes) -> tuple[Any, Any, Any, int, Any] | None:

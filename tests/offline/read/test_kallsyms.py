@@ -7,9 +7,13 @@ import hashlib
 import os
 import sys
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bpfsym.live.host import HostKallsyms, kernel_kallsyms, read_host_kallsyms
+from bpfsym.read.arrays import hex_column
 from bpfsym.read.kallsyms import parse_kallsyms
 
 
@@ -83,3 +87,53 @@ def test_host_reader_without_a_python_to_start(tmp_path, monkeypatch):
     p.write_bytes(whole)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
     assert HostKallsyms(str(p)).text() == want.decode()  # read here instead
+
+
+@pytest.mark.parametrize("shift", range(-8, 3))
+@pytest.mark.parametrize("modules", [False, True])
+def test_cut_where_the_first_bracket_or_bpf_line_straddles_a_read(tmp_path, shift, modules):
+    # reads come 1 MiB at a time from a file: "\t[bpf]" (with modules=False also the
+    # first "[") placed across that boundary, so that its search starts in one chunk
+    mod = b"ffffffffc1000000 t mod_fn\t[some_mod]\n" if modules else b""
+    bpf_head = b"ffffffffc0000000 t bpf_prog_0000000000000000_p"
+    bpf = bpf_head + b"\t[bpf]\n"
+    size = (1 << 20) + shift - len(bpf_head) - len(mod)  # of the kernel part
+    line = b"ffffffff81000000 T fn\n"
+    head = line * (size // len(line) - 2)
+    last = b"ffffffff81000000 T "
+    kern = head + last + b"x" * (size - len(head) - len(last) - 1) + b"\n"
+    p = tmp_path / "kallsyms"
+    p.write_bytes(kern + mod + bpf + bpf)
+    assert (kern + mod + bpf).find(b"\t[bpf]") == (1 << 20) + shift
+    assert kernel_kallsyms(str(p)) == kern + mod
+
+
+HEX = b"0123456789abcdefABCDEF"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from([8, 16, 1, 7, 12]),
+    st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=6),
+    st.one_of(
+        st.none(),
+        st.sampled_from(b"/:@G`g\x00\x7f\x80\xb0\xc1\xff"),  # just outside 0-9 a-f A-F
+        st.integers(0, 255),
+    ),
+)
+def test_hex_column_reads_addresses_as_int_does(width, seeds, corrupt):
+    # lines "<width digits> t x": digits from HEX, with (corrupt) one byte of that value
+    lines = [bytes(HEX[b % len(HEX)] for b in s[:width]) for s in seeds]
+    if corrupt is not None:
+        k, pos = seeds[0][0] % len(lines), seeds[0][1] % width
+        bad = bytearray(lines[k])
+        bad[pos] = corrupt
+        lines[k] = bytes(bad)
+    text = b"".join(x + b" t x\n" for x in lines)
+    starts = np.array([i * (width + 5) for i in range(len(lines))], dtype=np.int64)
+    got = hex_column(np, np.frombuffer(text, dtype=np.uint8), starts, width)
+    ok = all(c in HEX for x in lines for c in x)
+    if not ok:
+        assert got is None
+    else:
+        assert got is not None and got.tolist() == [int(x, 16) for x in lines]
