@@ -112,6 +112,42 @@ class BulkDelivery:
             self.acc.stacks(samples, sym_of, chains.chain_of(), comm_of, hidden)
 
 
+def plain_kernel(
+    np: Any, sym: Symbolizer, sideband: list[Outgoing], ips: Any
+) -> tuple[Any, Any, Any] | None:
+    """Of kernel addresses ips, those whose symbol is the kallsyms one whatever the
+    side-band records of this delivery do (no BPF function or out-of-line code ever
+    covers them, kallsyms names them, no kernel map comes or goes): their indexes in ips,
+    the kallsyms symbols among them (unique) and which of those each is. None: none."""
+    kallsyms = sym.kernel
+    if kallsyms is None or not len(kallsyms) or not len(ips):
+        return None
+    lo, hi, out_of_line = _kernel_code(sym, sideband)
+    covered = np.zeros(len(ips), dtype=bool)  # by code other than kallsyms', some time
+    if hi > lo:
+        covered |= (ips >= np.uint64(lo)) & (ips < np.uint64(min(hi, (1 << 64) - 1)))
+        if hi >= 1 << 64:
+            covered |= ips == np.uint64((1 << 64) - 1)
+    for a, e in out_of_line:
+        covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+    # kallsyms names only what lies in the kernel's own map (modules: their maps)
+    vmlinux = sym.vmlinux_range()
+    if vmlinux is None or any(map(kernel_map, sideband)):
+        return None
+    covered |= ips < np.uint64(vmlinux[0])
+    if vmlinux[1] < 1 << 64:
+        covered |= ips >= np.uint64(vmlinux[1])
+    for a, e, dso in sym.kmaps:
+        if dso != KERNEL_MAP_DSO:
+            covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+    index = np.searchsorted(kallsyms.addr_array(np), ips, side="right").astype(np.int64) - 1
+    plain = np.flatnonzero(~covered & (index >= 0))
+    if not len(plain):
+        return None
+    symbols, which = unique(np, index[plain])
+    return plain, symbols, which
+
+
 class _Probe:
     """Groups of one kind resolved in the walk: each at its place."""
 
@@ -180,39 +216,15 @@ class _Addresses(_Probe):
 
     def _plain_kernel(self, sideband: list[Outgoing], group_ip: Any) -> tuple[Any, Any] | None:
         """Kernel groups whose symbol is the kallsyms one whatever the side-band records
-        of this delivery do (no BPF function or out-of-line code ever covers their
-        address), resolved in one lookup: (group indexes, symbol ids)."""
-        np, sym = self.np, self.sym
-        kallsyms = sym.kernel
-        if kallsyms is None or not len(kallsyms):
-            return None
+        of this delivery do, resolved in one lookup: (group indexes, symbol ids)."""
+        np = self.np
         kernel_groups = np.flatnonzero(self.mode == F.MISC_KERNEL)
-        if not len(kernel_groups):
+        got = plain_kernel(np, self.sym, sideband, group_ip[kernel_groups])
+        if got is None:
             return None
-        ips = group_ip[kernel_groups]
-        lo, hi, out_of_line = _kernel_code(sym, sideband)
-        covered = np.zeros(len(ips), dtype=bool)  # by code other than kallsyms', some time
-        if hi > lo:
-            covered |= (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
-        for a, e in out_of_line:
-            covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
-        # kallsyms names only what lies in the kernel's own map (modules: their maps)
-        vmlinux = sym.vmlinux_range()
-        if vmlinux is None or any(map(kernel_map, sideband)):
-            return None
-        covered |= ips < np.uint64(vmlinux[0])
-        if vmlinux[1] < 1 << 64:
-            covered |= ips >= np.uint64(vmlinux[1])
-        for a, e, dso in sym.kmaps:
-            if dso != KERNEL_MAP_DSO:
-                covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
-        index = np.searchsorted(kallsyms.addr_array(np), ips, side="right").astype(np.int64) - 1
-        plain = np.flatnonzero(~covered & (index >= 0))
-        if not len(plain):
-            return None
-        symbols, which = unique(np, index[plain])
-        sym_id = self.d.ids.sym_id
-        ids = np.array([sym_id(sym.kernel_sym(i)) for i in symbols.tolist()], dtype=np.int64)
+        plain, symbols, which = got
+        sym_id, kernel_sym = self.d.ids.sym_id, self.sym.kernel_sym
+        ids = np.array([sym_id(kernel_sym(i)) for i in symbols.tolist()], dtype=np.int64)
         return kernel_groups[plain], ids[which]
 
     def resolve(self, g: int) -> None:
@@ -439,8 +451,26 @@ class _Chains(_Probe):
         hit = okey == firsts[slot]  # one occurrence per slot: okey is unique to each
         fmin = np.empty(nslots, dtype=np.int64)
         fmin[slot[hit]] = np.flatnonzero(hit)
+        self.slot_what = what[fmin].tolist()
+        self.slot_addr = addr[fmin].tolist()
+        self.slot_sym: list[Any] = [None] * nslots
+        self.slot_unres = [False] * nslots
+        self.slot_own: list[Any] = [None] * nslots  # unresolved slots: the entry's own symbol
+        # kernel nodes whose symbol is the kallsyms one whatever the delivery's side-band
+        # records do: named now, in one lookup, and no place in the walk
+        walk = np.ones(nslots, dtype=bool)
+        knode_slots = np.flatnonzero(what[fmin] == 0)
+        got = plain_kernel(np, sym, sideband, addr[fmin][knode_slots]) if len(knode_slots) else None
+        if got is not None:
+            plain, symbols, which = got
+            named = [sym.kernel_sym(i) for i in symbols.tolist()]
+            slot_sym = self.slot_sym
+            for k, j in zip(knode_slots[plain].tolist(), which.tolist(), strict=True):
+                slot_sym[k] = named[j]
+            walk[knode_slots[plain]] = False
         new_at: dict[int, list[int]] = {}
         by_first = stable_argsort(np, firsts)
+        by_first = by_first[walk[by_first]]
         groups_l = occ_g[fmin[by_first]].tolist()
         for k, g in zip(by_first.tolist(), groups_l, strict=True):
             new = new_at.get(g)
@@ -449,14 +479,9 @@ class _Chains(_Probe):
             else:
                 new.append(k)
         self.new_at = new_at
-        self.slot_what = what[fmin].tolist()
-        self.slot_addr = addr[fmin].tolist()
-        self.slot_sym: list[Any] = [None] * nslots
-        self.slot_unres = [False] * nslots
-        self.slot_own: list[Any] = [None] * nslots  # unresolved slots: the entry's own symbol
         # the walk visits only the groups that resolve something at their place
         walked = alone | odd
-        walked[occ_g[fmin]] = True
+        walked[occ_g[fmin[walk]]] = True
         self.at = np.where(walked, self.groups.at, BIG)
         nn = len(ng)
         self.node_slots = slot[:nn].tolist()
