@@ -13,12 +13,19 @@ def unique(np: Any, a: Any) -> tuple[Any, Any]:
     if perm is None:
         perm = np.argsort(a)
     s = a[perm]
+    inv, new = number_sorted(np, s, perm)
+    return s[new], inv
+
+
+def number_sorted(np: Any, s: Any, perm: Any) -> tuple[Any, Any]:
+    """Number the values 0.. in order, given them sorted (s) and the permutation that
+    sorted them (s = a[perm]): (each element of a's number, where in s a value starts)."""
     new = np.empty(len(s), dtype=bool)
     new[:1] = True
     np.not_equal(s[1:], s[:-1], out=new[1:])
-    inv = np.empty(len(s), dtype=np.int64)
-    inv[perm] = np.cumsum(new) - 1
-    return s[new], inv
+    number = np.empty(len(s), dtype=np.int64)
+    number[perm] = np.cumsum(new) - 1
+    return number, new
 
 
 def stable_argsort(np: Any, a: Any) -> Any:

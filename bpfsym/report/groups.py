@@ -18,7 +18,7 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.read.arrays import stable_argsort, unique
+from bpfsym.read.arrays import number_sorted, stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report.rounds import Outgoing
 from bpfsym.report.window import Samples
@@ -212,12 +212,7 @@ def chain_groups(
         place = np.flatnonzero(again[chain[perm]])
         order = perm.copy()
         order[place] = perm[place[np.argsort(by_chain[place])]]
-        key = of[order]
-        new = np.empty(len(key), dtype=bool)
-        new[:1] = True
-        np.not_equal(key[1:], key[:-1], out=new[1:])
-        of = np.empty(len(key), dtype=np.int64)
-        of[order] = np.cumsum(new) - 1
+        of, new = number_sorted(np, of[order], order)
         return summarize(np, of, int(new.sum()), before)
     of = chain
     for col, radix in zip(cols, radixes, strict=True):
@@ -270,11 +265,7 @@ def _number(np: Any, h: Any, full: bool) -> tuple[Any, int, Any, Any]:
         key.sort()
         hs = key >> bits
         perm = key & ((1 << bits) - 1)
-    new = np.empty(n, dtype=bool)
-    new[:1] = True
-    np.not_equal(hs[1:], hs[:-1], out=new[1:])
-    ids = np.empty(n, dtype=np.int64)
-    ids[perm] = np.cumsum(new) - 1
+    ids, new = number_sorted(np, hs, perm)
     count = int(new.sum())
     if full or bits > 32:
         first = np.full(count, n, dtype=np.int64)
