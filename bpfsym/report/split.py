@@ -24,7 +24,7 @@ from bpfsym.symbolize.symbols import Sym
 if TYPE_CHECKING:
     from bpfsym.report.bulk import BulkPass
 
-WINDOW = 32 << 20  # bytes of records located and decoded at once
+WINDOW = 16 << 20  # bytes of records located and decoded at once (see docs/python-speed.md)
 
 PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
 
