@@ -75,6 +75,24 @@ def print_interleaved(label: str, ours: list[tuple[float, float]],
     return out
 
 
+def print_per_round(label: str, runs: dict[str, list[tuple[float, float]]]) -> None:
+    """With several bpfsym codes in the same rounds: each one's wall time over the
+    anchor's round by round (min / median / max), and the first code's over each other's.
+    A shared VM's speed drifts between rounds (perf's own time moved 30 % within one
+    here); ratios taken within a round cancel what the round shares."""
+    names = [n for n in runs if n != "perf"]
+    walls = {n: [r[0] for r in runs[n]] for n in runs}
+    for n in names:
+        r = [a / b for a, b in zip(walls[n], walls["perf"], strict=True)]
+        print(
+            f"{label}, {n} / perf by round: min {min(r):.2f}x median"
+            f" {statistics.median(r):.2f}x max {max(r):.2f}x"
+        )
+    for n in names[1:]:
+        r = [a / b for a, b in zip(walls[names[0]], walls[n], strict=True)]
+        print(f"{label}, {names[0]} / {n} by round: median {statistics.median(r):.2f}x")
+
+
 def startup_commands(where: str | None) -> dict[str, tuple[Sequence[str], str | None]]:
     """The start-up floor, to interleave with a comparison: the interpreter alone (with
     this host's site-packages and .pth files) and bpfsym's --version (the interpreter and

@@ -16,6 +16,7 @@ itself costs time quadratic in the BPF programs anyone has loaded.
     python3 bench/report_speed.py -i big.data    # compare on an existing file
     python3 bench/report_speed.py -o /tmp/x.data # record there, then compare
     python3 bench/report_speed.py -F 0 -s 60     # perf's default rate, as `bpfsym record -a`
+    python3 bench/report_speed.py -i big.data --against ../old   # two codes, same rounds
 
 With -F 0, perf records at its default 4000 Hz and, as for any recording without -F,
 gives its side-band event (dummy:HG) a sample layout of its own (no PERIOD).
@@ -35,6 +36,7 @@ from _common import (  # noqa: E402
     interleaved,
     kernel_kallsyms,
     print_interleaved,
+    print_per_round,
     print_startup,
     startup_commands,
 )
@@ -82,6 +84,9 @@ def main() -> int:
     p.add_argument("-r", "--repeat", type=int, default=5, help="interleaved runs per command")
     p.add_argument("--bpfsym", help="checkout whose bpfsym to time (default: this one)")
     p.add_argument("--no-graph", action="store_true", help="only the flat view")
+    p.add_argument(
+        "--against", metavar="CHECKOUT", help="also time this checkout's bpfsym in the same rounds"
+    )
     args = p.parse_args()
     path = args.input
     if path is None:
@@ -98,22 +103,31 @@ def main() -> int:
     where = args.bpfsym or ROOT
     ks = ["--kallsyms", kernel_kallsyms(tempfile.mkdtemp(prefix="bpfsym-bench-report-"))]
     ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, "--no-side", "--stdio", *ks]
-    interleaved({"ours": (ours, where)}, 1)  # writes the byte code
+    other = {"other": (ours, args.against)} if args.against else {}
+    interleaved({"ours": (ours, where), **other}, 1)  # writes the byte code
     perf = ["perf", "report", "-i", path, "--stdio", *ks]
     got = interleaved(
         {
             "ours": (ours, where),
+            **other,
             "perf": ([*perf, "--no-children", "-g", "none"], None),
             **startup_commands(where),
         },
         args.repeat,
     )
     flat = print_interleaved("flat view", got["ours"], got["perf"])
+    if args.against:
+        print_interleaved("flat view, --against", got["other"], got["perf"])
+        print_per_round("flat view", {k: got[k] for k in ("ours", "other", "perf")})
     print_startup(got, got["perf"])
     if args.no_graph:
         return 0 if flat["wall median"] <= 1.0 else 1
-    got = interleaved({"ours": ([*ours, "-g"], where), "perf": (perf, None)}, args.repeat)
+    other = {"other": ([*ours, "-g"], args.against)} if args.against else {}
+    got = interleaved({"ours": ([*ours, "-g"], where), **other, "perf": (perf, None)}, args.repeat)
     graph = print_interleaved("call-graph view", got["ours"], got["perf"])
+    if args.against:
+        print_interleaved("call-graph view, --against", got["other"], got["perf"])
+        print_per_round("call-graph view", got)
     return 0 if flat["wall median"] <= 1.0 and graph["wall median"] <= 0.25 else 1
 
 
