@@ -53,11 +53,17 @@ def packed_argsort(np: Any, a: Any) -> Any:
         key = (a.astype(np.uint64) - np.uint64(lo)).astype(np.int64)
     else:  # in int64 first: the difference of two int32 may not fit in int32
         key = a.astype(np.int64) - lo
-    key <<= bits
-    key |= np.arange(n, dtype=np.int64)
+    return sort_packed(np, key, bits)[1]
+
+
+def sort_packed(np: Any, high: Any, bits: int) -> tuple[Any, Any]:
+    """Sort high (non-negative int64 below 2**(63 - bits), 2**bits >= its length) with
+    each element's index packed below it: (high sorted, the stable permutation that
+    sorts it), one sort of values."""
+    key = high << bits
+    key |= np.arange(len(high), dtype=np.int64)
     key.sort()
-    key &= (1 << bits) - 1
-    return key
+    return key >> bits, key & ((1 << bits) - 1)
 
 
 def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
@@ -93,11 +99,11 @@ def _hex_words(np: Any, buf: Any, starts: Any, width: int) -> Any:
     u64 = np.uint64
     words = np.ndarray((len(buf) - 7,), dtype=">u8", buffer=buf, strides=(1,))  # unaligned
     out = np.zeros(len(starts), dtype=u64)
+    top = u64(0x80 * _B)
     for at in range(0, width, 8):
         x = words[starts + at].astype(u64)
-        if bool((x & u64(0x80 * _B)).any()):
+        if bool((x & top).any()):
             return None  # not ASCII: the carries below would cross bytes
-        top = u64(0x80 * _B)
         digit = ((x + u64(0x50 * _B)) & ~(x + u64(0x46 * _B))) & top  # 0x30 <= c < 0x3a
         y = x | u64(0x20 * _B)  # A-F as a-f
         letter = ((y + u64(0x1F * _B)) & ~(y + u64(0x19 * _B))) & top  # 0x61 <= c < 0x67

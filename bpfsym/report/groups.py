@@ -18,7 +18,7 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.read.arrays import number_sorted, stable_argsort, unique
+from bpfsym.read.arrays import number_sorted, sort_packed, stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report.rounds import Outgoing
 from bpfsym.report.window import Samples
@@ -208,11 +208,13 @@ def chain_groups(
         # among themselves (those chains' places, in order, hold them in key order)
         again = np.zeros(count, dtype=bool)
         again[chain[varies]] = True
-        by_chain = of[perm]
+        key = of[perm]
         place = np.flatnonzero(again[chain[perm]])
+        sub = np.argsort(key[place])
         order = perm.copy()
-        order[place] = perm[place[np.argsort(by_chain[place])]]
-        of, new = number_sorted(np, of[order], order)
+        order[place] = perm[place[sub]]
+        key[place] = key[place[sub]]
+        of, new = number_sorted(np, key, order)
         return summarize(np, of, int(new.sum()), before)
     of = chain
     for col, radix in zip(cols, radixes, strict=True):
@@ -256,22 +258,18 @@ def _number(np: Any, h: Any, full: bool) -> tuple[Any, int, Any, Any]:
     one number, which the caller's proof finds."""
     n = len(h)
     bits = (n - 1).bit_length() if n > 1 else 1
-    if full or bits > 32:
+    packed = not full and bits <= 32
+    if packed:
+        hs, perm = sort_packed(np, (h >> np.uint64(bits + 1)).view(np.int64), bits)
+    else:
         perm = np.argsort(h)  # equal hashes in any order: the numbers do not depend on it
         hs = h[perm]
-    else:
-        key = ((h >> np.uint64(bits + 1)) << np.uint64(bits)).view(np.int64)
-        key |= np.arange(n, dtype=np.int64)
-        key.sort()
-        hs = key >> bits
-        perm = key & ((1 << bits) - 1)
     ids, new = number_sorted(np, hs, perm)
     count = int(new.sum())
-    if full or bits > 32:
-        first = np.full(count, n, dtype=np.int64)
-        np.minimum.at(first, ids, np.arange(n, dtype=np.int64))
-    else:
-        first = perm[new]
+    if packed:  # a stable order: each number's first index starts its run
+        return ids, count, perm, perm[new]
+    first = np.full(count, n, dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(n, dtype=np.int64))
     return ids, count, perm, first
 
 
