@@ -125,9 +125,7 @@ def plain_kernel(
     lo, hi, out_of_line = _kernel_code(sym, sideband)
     covered = np.zeros(len(ips), dtype=bool)  # by code other than kallsyms', some time
     if hi > lo:
-        covered |= (ips >= np.uint64(lo)) & (ips < np.uint64(min(hi, (1 << 64) - 1)))
-        if hi >= 1 << 64:
-            covered |= ips == np.uint64((1 << 64) - 1)
+        covered |= _within(np, ips, lo, hi)
     for a, e in out_of_line:
         covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
     # kallsyms names only what lies in the kernel's own map (modules: their maps)
@@ -390,10 +388,8 @@ class _Chains(_Probe):
         lo, hi, _ool = _kernel_code(sym, sideband)
         knodes = nmode == F.MISC_KERNEL
         if hi > lo:
-            top = hi >= 1 << 64  # up to the last address
-            lo_u, hi_u = np.uint64(lo), np.uint64(min(hi, (1 << 64) - 1))
-            in_bpf = knodes & (nw >= lo_u) & ((nw < hi_u) | top)
-            own_bpf = kernel & (ip >= lo_u) & ((ip < hi_u) | top)
+            in_bpf = knodes & _within(np, nw, lo, hi)
+            own_bpf = kernel & _within(np, ip, lo, hi)
         else:
             in_bpf, own_bpf = np.zeros(len(nw), dtype=bool), np.zeros(n, dtype=bool)
         timed = own_bpf | (np.bincount(ng[in_bpf], minlength=n) > 0)
@@ -451,16 +447,17 @@ class _Chains(_Probe):
         hit = okey == firsts[slot]  # one occurrence per slot: okey is unique to each
         fmin = np.empty(nslots, dtype=np.int64)
         fmin[slot[hit]] = np.flatnonzero(hit)
-        self.slot_what = what[fmin].tolist()
-        self.slot_addr = addr[fmin].tolist()
+        slot_what, slot_addr = what[fmin], addr[fmin]
+        self.slot_what = slot_what.tolist()
+        self.slot_addr = slot_addr.tolist()
         self.slot_sym: list[Any] = [None] * nslots
         self.slot_unres = [False] * nslots
         self.slot_own: list[Any] = [None] * nslots  # unresolved slots: the entry's own symbol
         # kernel nodes whose symbol is the kallsyms one whatever the delivery's side-band
         # records do: named now, in one lookup, and no place in the walk
         walk = np.ones(nslots, dtype=bool)
-        knode_slots = np.flatnonzero(what[fmin] == 0)
-        got = plain_kernel(np, sym, sideband, addr[fmin][knode_slots]) if len(knode_slots) else None
+        knode_slots = np.flatnonzero(slot_what == 0)
+        got = plain_kernel(np, sym, sideband, slot_addr[knode_slots]) if len(knode_slots) else None
         if got is not None:
             plain, symbols, which = got
             named = [sym.kernel_sym(i) for i in symbols.tolist()]
@@ -630,6 +627,13 @@ def _kernel_code(
             else:
                 out_of_line.append((addr, addr + max(length, 1)))
     return lo, hi, out_of_line
+
+
+def _within(np: Any, x: Any, lo: int, hi: int) -> Any:
+    """lo <= x < hi for uint64 x, hi up to 2**64 (the last address included)."""
+    if hi >= 1 << 64:
+        return x >= np.uint64(lo)
+    return (x >= np.uint64(lo)) & (x < np.uint64(hi))
 
 
 def _bpf_times(sym: Symbolizer) -> list[int]:
