@@ -227,11 +227,9 @@ def record(
         launch.waker.stop.set()
         launch.waker.join(WAKER_WAIT)
         if launch.waker.is_alive():  # in a BPF load the kernel has not finished
-            rec.warnings.append(f"warn: a {perf_process.WAKE_NAME} load has not returned")
-            print(
-                f"bpfsym record: warning: a {perf_process.WAKE_NAME} load has not returned "
-                f"after {WAKER_WAIT:g} s (the kernel's BPF loads are stalled); not waited for",
-                file=sys.stderr,
+            rec.on_control(
+                f"warn: a {perf_process.WAKE_NAME} load has not returned after {WAKER_WAIT:g} s"
+                " (the kernel's BPF loads are stalled); not waited for"
             )
     if launch.kallsyms_file:
         perf_process.remove_file(launch.kallsyms_file)
