@@ -128,13 +128,17 @@ def places(np: Any, samples: Samples, sideband: list[Outgoing]) -> Any:
     if not sideband:
         return np.zeros(n, dtype=np.int64)
     sb_flush = np.array([x.flush for x in sideband], dtype=np.int64)
+    t, seq = samples["t"], samples["seq"]
+    if n:
+        packed = _packed_places(np, flush, t, seq, sideband, sb_flush)
+        if packed is not None:
+            return packed
     lo = np.searchsorted(sb_flush, flush, side="left")
     hi = np.searchsorted(sb_flush, flush, side="right")
     before = lo.astype(np.int64)
     mixed = np.flatnonzero(hi > lo)  # samples sharing their flush with side-band records
     if not len(mixed):
         return before
-    t, seq = samples["t"], samples["seq"]
     mixed = mixed[stable_argsort(np, flush[mixed])]
     bounds = np.flatnonzero(np.diff(flush[mixed])) + 1
     for part in np.split(mixed, bounds):  # the samples of one flush
@@ -152,6 +156,31 @@ def places(np: Any, samples: Samples, sideband: list[Outgoing]) -> Any:
                 j += 1
             before[i] = j
     return before
+
+
+def _packed_places(
+    np: Any, flush: Any, t: Any, seq: Any, sideband: list[Outgoing], sb_flush: Any
+) -> Any:
+    """places() as one search: (flush, time) packed in one int64 for the side-band
+    records (in delivery order, so sorted by it) and the samples; the records of a
+    sample's flush and time then go before it by arrival (seq). None when the flush and
+    the times' span do not fit in 63 bits."""
+    sb_t = np.array([x.t for x in sideband], dtype=np.uint64)
+    lo = min(int(t.min()), int(sb_t.min()))
+    tbits = (max(int(t.max()), int(sb_t.max())) - lo).bit_length()
+    if max(int(flush.max()), int(sb_flush[-1])).bit_length() + tbits > 63:
+        return None
+    base, shift = np.uint64(lo), np.uint64(tbits)
+    sb_key = (sb_flush.astype(np.uint64) << shift) | (sb_t - base)
+    key = (flush.astype(np.uint64) << shift) | (t - base)
+    before = np.searchsorted(sb_key.view(np.int64), key.view(np.int64), side="left")
+    ties = np.flatnonzero(sb_key[np.minimum(before, len(sb_key) - 1)] == key)
+    for q in ties.tolist():  # equal flush and time: arrival order decides
+        j = int(before[q])
+        while j < len(sideband) and sb_key[j] == key[q] and sideband[j].seq < int(seq[q]):
+            j += 1
+        before[q] = j
+    return before.astype(np.int64)
 
 
 def _concat(np: Any, a: Samples, b: Samples) -> Samples:

@@ -1,0 +1,54 @@
+"""report.rounds.places: how many side-band records go out before each sample, on
+random deliveries (many samples sharing a flush and a time with side-band records),
+against its definition: the records whose (flush, time, seq) sort before the sample's."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpfsym.formats import perf as K
+from bpfsym.report.rounds import Outgoing, places
+
+
+def _delivery(seed: int, nsamples: int, nsideband: int, span: int):
+    rng = np.random.default_rng(seed)
+    flushes = int(rng.integers(1, 6))
+    times = rng.integers(0, 8, 12).astype(np.uint64) * np.uint64(span // 8)  # few: ties
+    seqs = rng.permutation(nsamples + nsideband) + 1  # arrival order, unique
+    sideband = sorted(
+        Outgoing(
+            int(rng.integers(0, flushes)), int(rng.choice(times)), int(seqs[nsamples + i]),
+            K.RECORD_EXIT, (0,), 0,
+        )
+        for i in range(nsideband)
+    )  # fmt: skip
+    samples = {
+        "k": rng.integers(0, flushes + 1, nsamples).astype(np.int64),
+        "t": rng.choice(times, nsamples).astype(np.uint64),
+        "seq": seqs[:nsamples].astype(np.int64),
+    }
+    return samples, sideband
+
+
+def _by_definition(samples, sideband) -> list[int]:
+    return [
+        sum((x.flush, x.t, x.seq) < (int(k), int(t), int(q)) for x in sideband)
+        for k, t, q in zip(samples["k"], samples["t"], samples["seq"], strict=True)
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 60),
+    st.integers(0, 30),
+    # the times' span: packed with the flush in 63 bits, or too wide for that
+    st.sampled_from([8, 1 << 40, (1 << 63) + (1 << 62)]),
+)
+def test_places_are_the_records_sorting_before_each_sample(seed, nsamples, nsideband, span):
+    samples, sideband = _delivery(seed, nsamples, nsideband, span)
+    got = places(np, samples, sideband)
+    assert got.dtype == np.int64
+    assert got.tolist() == _by_definition(samples, sideband)
