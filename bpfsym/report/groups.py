@@ -230,24 +230,45 @@ def chain_ids(np: Any, words: Any, samples: Samples) -> tuple[Any, int, Any, Any
     sorts them by id, and each id's first sample."""
     nr = samples["nr"]
     first = samples["chain"] + 1  # word index of each chain's first entry
-    total = int(nr.sum())
-    starts = np.cumsum(nr) - nr
-    pos = np.arange(total, dtype=np.int64) - np.repeat(starts, nr)
-    at = np.repeat(first, nr) + pos
-    w = words[at]
+    rows = chain_rows(np, words, nr, first)
     mult = chain_multipliers(np, int(nr.max()) if len(nr) else 0)
     h = np.zeros(len(nr), dtype=np.uint64)
-    some = np.flatnonzero(nr > 0)
-    if len(some):
-        h[some] = np.add.reduceat(w * mult[pos], starts[some])
+    for idx, m in rows:
+        h[idx] = m @ mult[: m.shape[1]]
     h ^= nr.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    view = np.lib.stride_tricks.sliding_window_view
     for full in (False, True):
         ids, nid, perm, rep = _number(np, h, full)
         # a hash is no proof: every chain must equal its group's first, word for word
         r = rep[ids]
-        if not (nr[r] != nr).any() and not (words[np.repeat(first[r], nr) + pos] != w).any():
+        if not (nr[r] != nr).any() and not any(
+            bool((view(words, m.shape[1])[first[r[idx]]] != m).any()) for idx, m in rows
+        ):
             return ids, nid, perm, rep
     raise NotBulk("call chain hash collision")
+
+
+def chain_rows(np: Any, words: Any, nr: Any, first: Any) -> list[tuple[Any, Any]]:
+    """The call chains of the samples, by length: (the samples whose chains have one
+    length, a (samples, length) matrix of their words) for each length above 0; one
+    gather of whole rows per length instead of one index per word."""
+    n = len(nr)
+    if not n:
+        return []
+    order = (
+        np.argsort(nr.astype(np.uint16), kind="stable")  # a radix sort
+        if int(nr.max()) < 1 << 16
+        else stable_argsort(np, nr)
+    )
+    s = nr[order]
+    cuts = (np.flatnonzero(s[1:] != s[:-1]) + 1).tolist()
+    rows = []
+    for lo, hi in zip([0, *cuts], [*cuts, n], strict=True):
+        length = int(s[lo])
+        if length:
+            idx = order[lo:hi]
+            rows.append((idx, np.lib.stride_tricks.sliding_window_view(words, length)[first[idx]]))
+    return rows
 
 
 def _number(np: Any, h: Any, full: bool) -> tuple[Any, int, Any, Any]:
