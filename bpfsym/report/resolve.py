@@ -35,7 +35,7 @@ from bpfsym.report.groups import (
 )
 from bpfsym.report.rounds import Outgoing, places
 from bpfsym.report.sideband import Sideband
-from bpfsym.report.userspace import user_group_syms
+from bpfsym.report.userspace import user_group_syms, user_syms
 from bpfsym.report.window import Samples
 from bpfsym.symbolize.symbolizer import KERNEL_MAP_DSO, Symbolizer
 from bpfsym.symbolize.symbols import UNRESOLVED, Sym
@@ -87,7 +87,8 @@ class BulkDelivery:
         probes: list[_Probe] = [addresses]
         maps = None
         if users is not None:
-            maps = _MapsSeen(self.sideband.sym, samples, users)
+            pid = samples["pid"][users.groups.first].tolist()
+            maps = _MapsSeen(self.sideband.sym, users.groups.at, pid)
             probes.append(maps)
         comms = None
         flt = self.filter if self.filter is not None and self.filter.hides_any else None
@@ -99,6 +100,8 @@ class BulkDelivery:
             groups = chain_groups(np, self.data.u64, samples, sideband, before, mode)
             chains = _Chains(self, samples, groups, mode, sideband)
             probes.append(chains)
+            if chains.user_maps is not None:
+                probes.append(chains.user_maps)
         _walk(np, probes, sideband, apply)
         sym_of = addresses.sym_of(maps)
         comm_of = comms.comm_of() if comms is not None else None
@@ -276,13 +279,14 @@ class _Addresses(_Probe):
 
 
 class _MapsSeen(_Probe):
-    """User-mode states: the memory maps of each, as its first sample meets them."""
+    """User-mode states (a pid and its memory map changes so far): the maps of each, as
+    the walk meets them at the state's place (at: one where the state holds)."""
 
-    def __init__(self, sym: Symbolizer, samples: Samples, users: UserStates) -> None:
+    def __init__(self, sym: Symbolizer, at: Any, pid: list[int]) -> None:
         self.sym = sym
-        self.at = users.groups.at
-        self.pid = samples["pid"][users.groups.first].tolist()
-        self.maps: list[tuple] = [()] * users.groups.count
+        self.at = at
+        self.pid = pid
+        self.maps: list[tuple] = [()] * len(pid)
 
     def resolve(self, g: int) -> None:
         self.maps[g] = tuple(self.sym.maps.get(self.pid[g], ()))
@@ -465,6 +469,22 @@ class _Chains(_Probe):
             for k, j in zip(knode_slots[plain].tolist(), which.tolist(), strict=True):
                 slot_sym[k] = named[j]
             walk[knode_slots[plain]] = False
+        # user slots: named in bulk after the walk, against the maps their states had
+        # in it (report.userspace), but for those an odd group reads in the walk
+        nn = len(ng)
+        read_in_walk = np.zeros(nslots, dtype=bool)
+        read_in_walk[slot[:nn][odd[ng]]] = True
+        self.user_slots = np.flatnonzero((slot_what % 2 == 1) & ~read_in_walk)
+        self.user_maps: _MapsSeen | None = None
+        if len(self.user_slots):
+            g0 = occ_g[fmin[self.user_slots]]  # the group each is resolved at
+            self.user_state, nstates = dense(np, ustate[g0])
+            place = np.full(nstates, BIG, dtype=np.int64)
+            np.minimum.at(place, self.user_state, self.groups.at[g0])
+            state_pid = np.zeros(nstates, dtype=np.int64)
+            state_pid[self.user_state] = pid[g0]  # a state is one pid's
+            self.user_maps = _MapsSeen(sym, place, state_pid.tolist())
+            walk[self.user_slots] = False
         new_at: dict[int, list[int]] = {}
         by_first = stable_argsort(np, firsts)
         by_first = by_first[walk[by_first]]
@@ -480,7 +500,6 @@ class _Chains(_Probe):
         walked = alone | odd
         walked[occ_g[fmin[walk]]] = True
         self.at = np.where(walked, self.groups.at, BIG)
-        nn = len(ng)
         self.node_slots = slot[:nn].tolist()
         cnt = np.bincount(ng, minlength=n)
         self.nstart = np.concatenate(([0], np.cumsum(cnt))).tolist()
@@ -551,9 +570,34 @@ class _Chains(_Probe):
             each.append((sel, sym.resolve_chain(mode, pid, ip, words, int(ts[sel[0]]))[0]))
         return members, each
 
+    def _user_slots(self) -> None:
+        """Name the user slots left to after the walk, all at once: each as its first
+        group would have in the walk (a node: Symbolizer.user_node; the sample's own
+        entry: resolve_user)."""
+        np, sym = self.np, self.sym
+        k_l = self.user_slots.tolist()
+        if not k_l or self.user_maps is None:
+            return
+        addr = np.array([self.slot_addr[k] for k in k_l], dtype=np.uint64)
+        codes, syms = user_syms(np, sym, self.user_state, addr, self.user_maps.maps)
+        slot_sym, unres, slot_own, what_l = (
+            self.slot_sym, self.slot_unres, self.slot_own, self.slot_what,
+        )  # fmt: skip
+        for k, c in zip(k_l, codes.tolist(), strict=True):
+            u = syms[c]
+            if what_l[k] == 1:  # a node: named by its raw address when it has no symbol
+                s = sym.node(u, self.slot_addr[k])
+                if s.origin is UNRESOLVED:
+                    slot_own[k] = u
+            else:
+                s = u
+            slot_sym[k] = s
+            unres[k] = s.origin is UNRESOLVED
+
     def chain_of(self) -> Any:
         """Each sample's chain id (the chains numbered in the walk's order of groups)."""
         np = self.np
+        self._user_slots()
         chain_id = self.ids.chain_id
         syms, unres, node_slots, nstart = (
             self.slot_sym,

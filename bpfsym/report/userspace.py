@@ -14,6 +14,7 @@ from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report.accumulate import Interned
 from bpfsym.symbolize.symbolizer import Symbolizer
+from bpfsym.symbolize.symbols import Sym
 
 
 def user_group_syms(
@@ -28,6 +29,16 @@ def user_group_syms(
 ) -> None:
     """Set group_sym[groups] to the symbol ids of user-space groups at addresses ips,
     each looked up in the memory maps of its state (maps[state])."""
+    codes, syms = user_syms(np, sym, state, ips, maps)
+    sym_ids = np.array([ids.sym_id(s) for s in syms], dtype=np.int64)
+    group_sym[groups] = sym_ids[codes]
+
+
+def user_syms(
+    np: Any, sym: Symbolizer, state: Any, ips: Any, maps: list[tuple]
+) -> tuple[Any, list[Sym]]:
+    """The symbols of user-space addresses ips, each looked up in the memory maps of its
+    state (maps[state]): an index per address into the list of symbols returned."""
     # every state's maps as one sorted table of (state, start) -> map entry
     entry_ids: dict[int, int] = {}
     entries: list[Any] = []
@@ -73,23 +84,27 @@ def user_group_syms(
     else:  # no maps at all: nothing inside
         entry = np.zeros(len(ips), dtype=np.int64)
         inside = below < -1
+    codes = np.zeros(len(ips), dtype=np.int64)
+    syms: list[Sym] = []
     outside = np.flatnonzero(~inside)
     if len(outside):
         nmaps = np.bincount(map_state, minlength=len(maps))
         empty = (nmaps[state[outside]] == 0).tolist()
-        for g, ip, none in zip(groups[outside].tolist(), ips[outside].tolist(), empty, strict=True):
+        for i, ip, none in zip(outside.tolist(), ips[outside].tolist(), empty, strict=True):
             why = "no memory map for the process" if none else "address outside every memory map"
-            group_sym[g] = ids.sym_id(sym.unresolved("[unknown]", ".", ip, why))
+            codes[i] = len(syms)
+            syms.append(sym.unresolved("[unknown]", ".", ip, why))
     mapped = np.flatnonzero(inside)
     if not len(mapped):
-        return
+        return codes, syms
     entry = entry[mapped]
     rel = ips[mapped] - entry_start[entry] + entry_pgoff[entry]  # the file offset mapped there
     file = entry_file[entry]
     order = stable_argsort(np, file)
     bounds = np.flatnonzero(np.diff(file[order])) + 1
-    for part in np.split(order, bounds):  # the groups in one file
+    for part in np.split(order, bounds):  # the addresses in one file
         m = entries[int(entry[part[0]])]
-        codes, syms = sym.user_file_syms(np, m, rel[part])
-        sym_ids = np.array([ids.sym_id(s) for s in syms], dtype=np.int64)
-        group_sym[groups[mapped[part]]] = sym_ids[codes]
+        got, file_syms = sym.user_file_syms(np, m, rel[part])
+        codes[mapped[part]] = got + len(syms)
+        syms.extend(file_syms)
+    return codes, syms
