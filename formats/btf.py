@@ -276,7 +276,7 @@ def is_little(blob: bytes, path: str = "<btf>") -> bool:
     raise FormatError(path, 0, f"bad BTF magic {magic.hex() or '(empty)'}")
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class BtfLayout:
     """A validated header: where the type and string sections lie in the blob."""
 
@@ -328,7 +328,7 @@ def string_at(strings: bytes, off: int, path: str = "<btf>", base: int = 0) -> s
     return strings[off:end].decode("utf-8", "replace")
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Btf:
     """A parsed blob: types[i] has type id i + 1 (id 0 is void)."""
 

@@ -57,7 +57,7 @@ PN_XNUM = 0xFFFF  # e_phnum saying the count is elsewhere (pyelftools has no nam
 SHN_XINDEX = SHN_INDICES.SHN_XINDEX  # e_shstrndx saying the index is elsewhere
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ElfFuncs:
     """Function symbols of a symbol table, sorted by value (table order kept within one).
 

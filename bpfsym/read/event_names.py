@@ -309,7 +309,7 @@ def _format(system: bytes, text: bytes, out: dict[int, str]) -> None:
         out.setdefault(int(i.group(1)), name)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Event:
     attr: Any
     ids: list[int]
@@ -317,7 +317,7 @@ class _Event:
     tp_ready: bool = False  # evsel->tp_format set
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class EventNames:
     """perf 6.1's naming of a perf.data's events, fed in the order perf reads things."""
 

@@ -25,14 +25,14 @@ def parse_at(decl: Construct, data: bytes, path: str, offset: int, what: str) ->
         raise FormatError(path, offset, f"bad {what}: {str(e).splitlines()[0][:120]}") from None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class BuildId:
     pid: int
     build_id: str  # hex
     filename: str
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Header:
     """What the feature sections (or pipe-mode HEADER_FEATURE records) say."""
 

@@ -35,7 +35,7 @@ def field_offsets(decl: Struct) -> dict[str, int]:
     return out
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class EventAttr:
     """One event of the file (a perf_event_attr) and what the reader derived from it."""
 

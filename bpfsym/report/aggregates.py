@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from bpfsym.read.perfdata import EventAttr
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class EventStats:
     attr: EventAttr
     samples: int = 0
@@ -17,7 +17,7 @@ class EventStats:
     stacks: dict[tuple, list[int]] = field(default_factory=dict)  # (head, syms) -> [p, n]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Aggregates:
     """A pass's sums. events is keyed by event index in the order each event's first
     sample was delivered (the report lists events in that order)."""

@@ -29,7 +29,7 @@ NUMPY_MIN_BYTES = 1 << 20  # smaller files: importing numpy costs more than it s
 GRAPH_MIN_PERCENT = 0.5  # perf's default callchain threshold
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Analysis:
     path: str
     pipe: bool
@@ -56,7 +56,7 @@ class Analysis:
     unwind_stops: dict[str, int] = field(default_factory=dict)  # why some stopped early
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ProgRuntime:
     """A program's BPF runtime stats between its first and last `record --stats` sample."""
 

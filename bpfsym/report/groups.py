@@ -36,7 +36,7 @@ DENSE_TABLE = 1 << 22  # below this top value, dense() numbers through a table, 
 BIG = (1 << 63) - 1  # int64 max: "none yet" for the minimums below
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Groups:
     """A grouping of a delivery's samples (or of some of them)."""
 
@@ -46,7 +46,7 @@ class Groups:
     at: Any  # each group's place: the fewest side-band records any sample of it follows
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class UserStates:
     """The user-mode samples by (pid, its memory-map state): resolved after the walk, in
     bulk, against the maps each state had where its first sample went out."""

@@ -166,7 +166,7 @@ class SampleHeads:
         return out
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Window:
     """One window's records, decoded."""
 
