@@ -68,7 +68,7 @@ class HostKallsyms:
     def __init__(self, path: str = "/proc/kallsyms", notes: str = "/sys/kernel/notes") -> None:
         self.path = path
         self.notes = notes  # the ELF notes of the kernel whose kallsyms path holds
-        self._text: str | None = None
+        self._raw: bytes | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._file = os.memfd_create("bpfsym-kallsyms", os.MFD_CLOEXEC)
         self._done, done_w = os.pipe()  # end of file on _done: the reader has exited
@@ -86,7 +86,7 @@ class HostKallsyms:
     def inherit(self) -> HostKallsyms:
         """For a process forked from this one: the same reading, waited for there."""
         other = HostKallsyms.__new__(HostKallsyms)
-        other.path, other._text, other._proc = self.path, self._text, None
+        other.path, other._raw, other._proc = self.path, self._raw, None
         other.notes = self.notes
         other._file, other._done = self._file, self._done
         return other
@@ -95,10 +95,14 @@ class HostKallsyms:
         """The build id of the kernel these kallsyms belong to ("" where unknown)."""
         return kernel_build_id(self.notes)
 
+    def raw(self) -> bytes:
+        """The text as read (the kallsyms reader decodes a line only when it needs it)."""
+        if self._raw is None:
+            self._raw = self._get()
+        return self._raw
+
     def text(self) -> str:
-        if self._text is None:
-            self._text = self._get().decode("utf-8", "replace")
-        return self._text
+        return self.raw().decode("utf-8", "replace")
 
     def _get(self) -> bytes:
         os.read(self._done, 1)  # blocks (without the GIL) until the reader exits

@@ -72,11 +72,14 @@ class KernelSymbols:
         self._build([(s.addr, s.type, s.name, s.module) for s in syms])
 
     @classmethod
-    def from_text(cls, text: str, origin: str, note: str = "", np: Any = None) -> KernelSymbols:
-        """From /proc/kallsyms text, without building a KernelSymbol per line.
+    def from_text(
+        cls, text: str | bytes, origin: str, note: str = "", np: Any = None
+    ) -> KernelSymbols:
+        """From /proc/kallsyms text (as read: bytes; or str), without building a
+        KernelSymbol per line.
 
         With numpy (np), addresses and types are read column-wise and a line is split
-        only when a lookup lands on it.
+        (and decoded) only when a lookup lands on it.
         """
         self = cls.__new__(cls)
         self.origin = origin
@@ -84,6 +87,8 @@ class KernelSymbols:
         self._line = None
         if np is not None and self._columns(text, np):
             return self
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         rows = []
         for line in text.splitlines():
             parts = line.split(None, 3)
@@ -97,13 +102,13 @@ class KernelSymbols:
         self._build(rows)
         return self
 
-    def _columns(self, text: str, np: Any) -> bool:
+    def _columns(self, text: str | bytes, np: Any) -> bool:
         """The numpy reading of from_text; False when the text is not plain kallsyms."""
         if not text.isascii():
             return False
-        if not text.endswith("\n"):
-            text += "\n"
-        raw = text.encode("ascii")
+        raw = text if isinstance(text, bytes) else text.encode("ascii")
+        if not raw.endswith(b"\n"):
+            raw += b"\n"
         got = kallsyms_lines(np, raw)
         if got is None:
             return False
@@ -123,7 +128,7 @@ class KernelSymbols:
         order = order[last]
         self._addr_np = addr[order]
         self._addrs: list[int] | None = None  # made at the first one-by-one lookup
-        self._line = (text, starts[order], ends[order])
+        self._line = (raw, starts[order], ends[order])
         self._made: dict[int, KernelSymbol] = {}
         return True
 
@@ -156,8 +161,8 @@ class KernelSymbols:
     def _sym(self, i: int) -> KernelSymbol:
         s = self._made.get(i)
         if s is None:
-            text, starts, ends = self._line
-            parts = text[int(starts[i]) : int(ends[i])].split(None, 3)
+            raw, starts, ends = self._line  # ASCII: a line decodes as it reads
+            parts = raw[int(starts[i]) : int(ends[i])].decode("ascii").split(None, 3)
             mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
             s = self._made[i] = KernelSymbol(int(self._addr_np[i]), parts[1], parts[2], mod)
         return s

@@ -8,7 +8,8 @@ from typing import Any
 
 from bpfsym.errors import FormatError
 from bpfsym.formats import perfdata as F
-from bpfsym.live.host import HostKallsyms, host_boot_id, kernel_build_id, read_host_kallsyms
+from bpfsym.live.host import HostKallsyms, host_boot_id, kernel_build_id
+from bpfsym.live.kernel_kallsyms import kernel_kallsyms
 from bpfsym.read.kallsyms import (
     KernelSymbols,
     SortedKallsyms,
@@ -34,8 +35,8 @@ def kernel_symbols(
     With a symfs nothing of the host is used (perf: symbol.c dso__load_kernel_sym)."""
     if kallsyms:
         try:
-            text = read_host_kallsyms(kallsyms)
-            return KernelSymbols.from_text(text, f"kallsyms file {kallsyms}", np=np), ""
+            raw = kernel_kallsyms(kallsyms)  # bytes: the numpy reading needs no str
+            return KernelSymbols.from_text(raw, f"kallsyms file {kallsyms}", np=np), ""
         except OSError as e:
             raise FormatError(kallsyms, 0, f"cannot read: {e.strerror}") from None
     if cap is not None and cap.kallsyms:
@@ -91,10 +92,12 @@ def _host(
     reloc: tuple[str, int] | None = None,
 ) -> tuple[KernelSymbols | None, str]:
     try:
-        text = host.text() if host is not None else read_host_kallsyms()
+        raw = host.raw() if host is not None else kernel_kallsyms()
     except OSError as e:
         return None, f"no kallsyms: /proc/kallsyms unreadable ({e.strerror})"
+    text: str | bytes = raw
     if reloc is not None:
+        text = raw.decode("utf-8", "replace")
         here = symbol_address(text, reloc[0])
         if here is not None and here != reloc[1]:
             delta = here - reloc[1]
@@ -107,15 +110,23 @@ def _host(
 
 
 def _kallsyms_text(
-    text: str, origin: str, note: str, np: Any, bad: Callable[[Exception], Exception] | None = None
+    text: str | bytes,
+    origin: str,
+    note: str,
+    np: Any,
+    bad: Callable[[Exception], Exception] | None = None,
 ) -> KernelSymbols:
     """Kernel symbols of a kallsyms text as /proc/kallsyms gives it: read in full with
     numpy, else looked up where it lies (the kernel's own lines are sorted). A line
     that does not parse raises bad(error) (default: a FormatError naming origin)."""
     if np is None:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         return SortedKallsyms(text, origin, note, bad)
     ks = KernelSymbols.from_text(text, origin, note, np)
     if ks._line is None:  # not plain kallsyms: the line reader skipped what did not parse
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         try:
             parse_kallsyms(text)
         except ValueError as e:

@@ -220,6 +220,10 @@ def test_kallsyms_reading_is_the_same_on_any_text(rows: list, width: int) -> Non
     a = KernelSymbols.from_text(text, "x", np=np)
     b = KernelSymbols.from_text(text, "x")
     assert a.addrs == b.addrs and a.syms == b.syms
+    # as read from a file: bytes, decoded a line at a time (or whole where not ASCII)
+    for raw in (text.encode(), text.encode()[:-1]):
+        c = KernelSymbols.from_text(raw, "x", np=np)
+        assert c.addrs == b.addrs and c.syms == b.syms
 
 
 @settings(max_examples=150)
