@@ -31,7 +31,11 @@ KERNEL_CHANGES = (K.RECORD_KSYMBOL, K.RECORD_BPF_EVENT)
 
 COMM_CHANGES = (K.RECORD_COMM, K.RECORD_FORK)
 
-DENSE_TABLE = 1 << 22  # below this top value, dense() numbers through a table, not a sort
+DENSE_TABLE = 1 << 22  # below this top value, dense() may number through a table, not a sort
+
+DENSE_SPREAD = 8  # ... when the top value is also below this many times the values' count
+# (a table of many fresh pages costs more than sorting few values spread wide over it:
+# docs/python-speed.md)
 
 BIG = (1 << 63) - 1  # int64 max: "none yet" for the minimums below
 
@@ -60,7 +64,7 @@ def dense(np: Any, key: Any) -> tuple[Any, int]:
     if not len(key):
         return np.zeros(0, dtype=np.int64), 0
     top = int(key.max())
-    if top < DENSE_TABLE:
+    if top < min(DENSE_TABLE, DENSE_SPREAD * len(key) + 4096):
         seen = np.zeros(top + 1, dtype=bool)
         seen[key] = True
         values = np.flatnonzero(seen)

@@ -15,7 +15,7 @@ from bpfsym.formats import perfdata as F
 from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report import groups
-from bpfsym.report.groups import chain_groups, chain_ids, kernel_states, map_states
+from bpfsym.report.groups import chain_groups, chain_ids, dense, kernel_states, map_states
 from bpfsym.report.rounds import Outgoing
 
 DTYPES = [np.int64, np.uint64, np.int32, np.uint32, np.uint16]
@@ -42,6 +42,20 @@ def test_stable_argsort_is_numpys_stable_sort(dtype, n, span, base, seed):
     values, inverse = unique(np, a)
     want_values, want_inverse = np.unique(a, return_inverse=True)
     assert (values == want_values).all() and (inverse == want_inverse.ravel()).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 3000),
+    st.sampled_from([1, 100, 1 << 14, 1 << 20, (1 << 22) + 5, 1 << 40]),
+    st.integers(0, 2**32 - 1),
+)
+def test_dense_numbers_values_in_order_by_table_or_sort(n, top, seed):
+    # top against n picks dense's way: a table of every value up to top, or a sort
+    key = np.random.default_rng(seed).integers(0, top, n, endpoint=True, dtype=np.int64)
+    got, count = dense(np, key)
+    values, inverse = np.unique(key, return_inverse=True)
+    assert count == len(values) and got.tolist() == inverse.ravel().tolist()
 
 
 def _sideband(rng, n: int, pids: list[int]) -> list[Outgoing]:
