@@ -62,6 +62,9 @@ def relocate_kallsyms(text: str, delta: int) -> str:
     return "".join(out)
 
 
+SEARCHES_IN_PLACE = 1000  # KernelSymbols.index: lookups before it makes a list of addresses
+
+
 class KernelSymbols:
     """A kallsyms table: symbol at ip is the last one starting at or below it (as perf does)."""
 
@@ -127,7 +130,8 @@ class KernelSymbols:
         last[:-1] = a[1:] != a[:-1]
         order = order[last]
         self._addr_np = addr[order]
-        self._addrs: list[int] | None = None  # made at the first one-by-one lookup
+        self._addrs: list[int] | None = None  # made once one-by-one lookups are many
+        self._searches = 0  # one-by-one lookups searched in the numpy column so far
         self._line = (raw, starts[order], ends[order])
         self._made: dict[int, KernelSymbol] = {}
         return True
@@ -183,7 +187,15 @@ class KernelSymbols:
 
     def index(self, ip: int) -> int:
         """The index of the symbol covering ip (see at), -1 below the first one."""
-        return bisect.bisect_right(self.addrs, ip) - 1
+        addrs = self._addrs
+        if addrs is None:
+            # the numpy reading: a few lookups search its column (a list of every address
+            # costs 5 ms); once they are many, bisect over that list is quicker
+            self._searches += 1
+            if self._searches <= SEARCHES_IN_PLACE:
+                return int(self._addr_np.searchsorted(ip, side="right")) - 1
+            addrs = self.addrs
+        return bisect.bisect_right(addrs, ip) - 1
 
     def at(self, i: int) -> KernelSymbol:
         return self._sym(i) if self._line is not None else self._syms[i]

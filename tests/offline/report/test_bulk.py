@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 
 from bpfsym.formats.errors import FormatError
 from bpfsym.read.bulk import NotBulk
-from bpfsym.read.kallsyms import KernelSymbols, SortedKallsyms, capture_kernel_symbols
+from bpfsym.read.kallsyms import (
+    SEARCHES_IN_PLACE,
+    KernelSymbols,
+    SortedKallsyms,
+    capture_kernel_symbols,
+)
 from bpfsym.read.perfdata import PerfData
 from bpfsym.report.analysis import NUMPY_MIN_BYTES, analyze
 from bpfsym.report.render import render_folded, render_json, render_stdio
@@ -199,6 +204,12 @@ def test_kallsyms_columns_agree_with_line_parsing() -> None:
     assert a.addrs == b.addrs and a.syms == b.syms and len(a) >= 4
     for ip in (a.addrs[0] - 1, a.addrs[0], a.addrs[-1] + 100, a.addrs[1] + 3):
         assert a.lookup(ip) == b.lookup(ip)
+    # one-by-one lookups: in the numpy column first, over a list of addresses once many
+    c = KernelSymbols.from_text(text + "\n", "x", np=np)
+    probes = [x + d for x in b.addrs for d in (-1, 0, 1, 7)] + [0, 2**64 - 1]
+    for ip in probes * (SEARCHES_IN_PLACE // len(probes) + 2):
+        assert c.index(ip) == b.index(ip), hex(ip)
+    assert c._addrs is not None  # the list was made
 
 
 @settings(max_examples=150)
