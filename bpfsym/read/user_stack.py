@@ -178,3 +178,9 @@ def regs_from_words(words: Sequence[int], mask: int) -> dict[int, int]:
     if len(nums) != len(words):
         raise UserStackError(f"{len(words)} register words for a mask of {len(nums)} registers")
     return dict(zip(nums, words, strict=True))
+
+
+def has_user_stacks(attrs: Sequence[Any], little: bool) -> bool:
+    """Whether an event of a file samples user registers and stack (--call-graph dwarf):
+    asked of every report -g, here with the layout, not with the unwinder that reads them."""
+    return any(UserSampleLayout.of(a, little).wanted for a in attrs)

@@ -19,6 +19,7 @@ from bpfsym.errors import FormatError
 from bpfsym.live.host import HostKallsyms
 from bpfsym.read.bulk import NotBulk, file_size, load_numpy
 from bpfsym.read.perfdata import PerfData
+from bpfsym.read.user_stack import has_user_stacks
 from bpfsym.report.aggregates import Aggregates, EventStats, add_to
 from bpfsym.report.query import DEFAULT_KEYS, KeyLayout, ReportQuery
 from bpfsym.symbolize.symbolizer import Symbolizer
@@ -208,11 +209,8 @@ def _bulk_analysis(pd: PerfData, query: ReportQuery, cap: Any, np: Any) -> Analy
 
     if bulk_refusal(pd) is not None:  # the header says so
         return None
-    if query.callchains:
-        from bpfsym.report.dwarf import has_user_stacks  # the unwinder: only for -g
-
-        if has_user_stacks(pd):
-            return None  # user stacks are unwound in the record-by-record pass (report.dwarf)
+    if query.callchains and has_user_stacks(pd.attrs, pd.little):
+        return None  # user stacks are unwound in the record-by-record pass (report.dwarf)
     data = pd.bulk(np)  # None: not a regular file's whole words
     if data is None:
         return None

@@ -35,11 +35,6 @@ _ABOUT_A_FILE = (NO_BINARY, NO_CFI, BAD_CFI)
 SHORT_SAMPLE = "sample shorter than its user registers and stack"
 
 
-def has_user_stacks(pd: PerfData) -> bool:
-    """Whether an event of the file samples user registers and stack (--call-graph dwarf)."""
-    return any(UserSampleLayout.of(a, pd.little).wanted for a in pd.attrs)
-
-
 @dataclass
 class Pending:
     """A sample's kernel chain and user stack, read at queueing, unwound at delivery."""
