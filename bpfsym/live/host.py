@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import platform
-import subprocess
+import struct
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from bpfsym.formats import struct_of
 from bpfsym.formats.elf import elf_layouts
 from bpfsym.live import kernel_kallsyms as _reader
 from bpfsym.live.kernel_kallsyms import kernel_kallsyms
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 def host_boot_id() -> str:
@@ -30,7 +35,11 @@ def host_boot_id() -> str:
         return ""
 
 
-_NHDR = struct_of(elf_layouts(True, sys.byteorder == "little").nhdr)[0]  # namesz, descsz, type
+@functools.cache
+def _nhdr() -> struct.Struct:
+    """Elf_Nhdr (namesz, descsz, type), made at the first use: a report given --kallsyms
+    never reads the kernel's notes."""
+    return struct_of(elf_layouts(True, sys.byteorder == "little").nhdr)[0]
 
 
 def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
@@ -43,7 +52,7 @@ def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
         return ""
     pos = 0
     while pos + 12 <= len(data):  # Elf_Nhdr: namesz, descsz, type; name and desc 4-aligned
-        namesz, descsz, ntype = _NHDR.unpack_from(data, pos)
+        namesz, descsz, ntype = _nhdr().unpack_from(data, pos)
         name_at = pos + 12
         desc_at = name_at + (-(-namesz // 4) * 4)
         end = desc_at + (-(-descsz // 4) * 4)
@@ -69,6 +78,8 @@ class HostKallsyms:
         self.path = path
         self.notes = notes  # the ELF notes of the kernel whose kallsyms path holds
         self._raw: bytes | None = None
+        import subprocess  # here: a report given --kallsyms starts no reader
+
         self._proc: subprocess.Popen[bytes] | None = None
         self._file = os.memfd_create("bpfsym-kallsyms", os.MFD_CLOEXEC)
         self._done, done_w = os.pipe()  # end of file on _done: the reader has exited

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,8 @@ def demangle(names: set[str]) -> dict[str, str]:
     order = sorted(names)
     if not order:
         return {}
+    import subprocess  # here: most reports have no C++ names to demangle
+
     try:
         out = subprocess.run(
             ["c++filt", "-p"], input="\n".join(order) + "\n", capture_output=True, text=True,
