@@ -30,7 +30,7 @@ PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what 
 
 FIRST_SHARE = 0.58  # of the file, read by the first of two processes (the second also reads
 # the side-band records of the first share and loads its own ELF files: docs/python-speed.md)
-FIRST_SHARE_CHAINS = 0.52  # the same with call chains: per sample work dwarfs those costs
+FIRST_SHARE_CHAINS = 0.55  # the same with call chains: per sample work dwarfs those costs
 
 TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 
