@@ -469,12 +469,12 @@ class _Chains(_Probe):
             for k, j in zip(knode_slots[plain].tolist(), which.tolist(), strict=True):
                 slot_sym[k] = named[j]
             walk[knode_slots[plain]] = False
-        # user slots: named in bulk after the walk, against the maps their states had
+        # user node slots: named in bulk after the walk, against the maps their states had
         # in it (report.userspace), but for those an odd group reads in the walk
         nn = len(ng)
         read_in_walk = np.zeros(nslots, dtype=bool)
         read_in_walk[slot[:nn][odd[ng]]] = True
-        self.user_slots = np.flatnonzero((slot_what % 2 == 1) & ~read_in_walk)
+        self.user_slots = np.flatnonzero((slot_what == 1) & ~read_in_walk)  # nodes only
         self.user_maps: _MapsSeen | None = None
         if len(self.user_slots):
             g0 = occ_g[fmin[self.user_slots]]  # the group each is resolved at
@@ -571,26 +571,21 @@ class _Chains(_Probe):
         return members, each
 
     def _user_slots(self) -> None:
-        """Name the user slots left to after the walk, all at once: each as its first
-        group would have in the walk (a node: Symbolizer.user_node; the sample's own
-        entry: resolve_user)."""
+        """Name the user node slots left to after the walk, all at once: each as its
+        first group would have in the walk (Symbolizer.user_node: the symbol, or the
+        address in its DSO when it has none, whose own symbol slot_own keeps)."""
         np, sym = self.np, self.sym
         k_l = self.user_slots.tolist()
         if not k_l or self.user_maps is None:
             return
         addr = np.array([self.slot_addr[k] for k in k_l], dtype=np.uint64)
         codes, syms = user_syms(np, sym, self.user_state, addr, self.user_maps.maps)
-        slot_sym, unres, slot_own, what_l = (
-            self.slot_sym, self.slot_unres, self.slot_own, self.slot_what,
-        )  # fmt: skip
+        slot_sym, unres, slot_own = self.slot_sym, self.slot_unres, self.slot_own
         for k, c in zip(k_l, codes.tolist(), strict=True):
             u = syms[c]
-            if what_l[k] == 1:  # a node: named by its raw address when it has no symbol
-                s = sym.node(u, self.slot_addr[k])
-                if s.origin is UNRESOLVED:
-                    slot_own[k] = u
-            else:
-                s = u
+            s = sym.node(u, self.slot_addr[k])
+            if s.origin is UNRESOLVED:
+                slot_own[k] = u
             slot_sym[k] = s
             unres[k] = s.origin is UNRESOLVED
 
