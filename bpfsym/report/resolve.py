@@ -130,7 +130,7 @@ def plain_kernel(
     if hi > lo:
         covered |= _within(np, ips, lo, hi)
     for a, e in out_of_line:
-        covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+        covered |= _within(np, ips, a, e)
     # kallsyms names only what lies in the kernel's own map (modules: their maps)
     vmlinux = sym.vmlinux_range()
     if vmlinux is None or any(map(kernel_map, sideband)):
@@ -140,7 +140,7 @@ def plain_kernel(
         covered |= ips >= np.uint64(vmlinux[1])
     for a, e, dso in sym.kmaps:
         if dso != KERNEL_MAP_DSO:
-            covered |= (ips >= np.uint64(a)) & (ips < np.uint64(min(e, (1 << 64) - 1)))
+            covered |= _within(np, ips, a, e)
     index = np.searchsorted(kallsyms.addr_array(np), ips, side="right").astype(np.int64) - 1
     plain = np.flatnonzero(~covered & (index >= 0))
     if not len(plain):
