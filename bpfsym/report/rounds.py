@@ -15,7 +15,8 @@ from __future__ import annotations
 import bisect
 from typing import Any, NamedTuple
 
-from bpfsym.read.arrays import stable_argsort
+from bpfsym.read.arrays import unique
+from bpfsym.read.bulk import NotBulk
 from bpfsym.report.window import Samples, Window
 
 
@@ -122,57 +123,33 @@ class Rounds:
 
 
 def places(np: Any, samples: Samples, sideband: list[Outgoing]) -> Any:
-    """How many of the side-band records (in delivery order) go out before each sample."""
+    """How many of the side-band records (in delivery order) go out before each sample:
+    one search of (flush, time) packed in one int64, for the records (in delivery order,
+    so sorted by it) and the samples; records of a sample's own flush and time then go
+    before it by arrival (seq). Times are packed as they are, or by rank among all of
+    them where their span leaves the flush no room."""
     flush = samples["k"]
     n = len(flush)
-    if not sideband:
+    if not sideband or not n:
         return np.zeros(n, dtype=np.int64)
     sb_flush = np.array([x.flush for x in sideband], dtype=np.int64)
-    t, seq = samples["t"], samples["seq"]
-    if n:
-        packed = _packed_places(np, flush, t, seq, sideband, sb_flush)
-        if packed is not None:
-            return packed
-    lo = np.searchsorted(sb_flush, flush, side="left")
-    hi = np.searchsorted(sb_flush, flush, side="right")
-    before = lo.astype(np.int64)
-    mixed = np.flatnonzero(hi > lo)  # samples sharing their flush with side-band records
-    if not len(mixed):
-        return before
-    mixed = mixed[stable_argsort(np, flush[mixed])]
-    bounds = np.flatnonzero(np.diff(flush[mixed])) + 1
-    for part in np.split(mixed, bounds):  # the samples of one flush
-        a, z = int(lo[part[0]]), int(hi[part[0]])
-        sb_t = np.array([x.t for x in sideband[a:z]], dtype=np.uint64)
-        ts = t[part]
-        at = np.searchsorted(sb_t, ts, side="left")
-        before[part] = a + at
-        # equal times: arrival order decides
-        ties = np.flatnonzero((at < len(sb_t)) & (sb_t[np.minimum(at, len(sb_t) - 1)] == ts))
-        for q in ties.tolist():
-            i = int(part[q])
-            j = a + int(at[q])
-            while j < z and sideband[j].t == int(t[i]) and sideband[j].seq < int(seq[i]):
-                j += 1
-            before[i] = j
-    return before
-
-
-def _packed_places(
-    np: Any, flush: Any, t: Any, seq: Any, sideband: list[Outgoing], sb_flush: Any
-) -> Any:
-    """places() as one search: (flush, time) packed in one int64 for the side-band
-    records (in delivery order, so sorted by it) and the samples; the records of a
-    sample's flush and time then go before it by arrival (seq). None when the flush and
-    the times' span do not fit in 63 bits."""
     sb_t = np.array([x.t for x in sideband], dtype=np.uint64)
+    t, seq = samples["t"], samples["seq"]
+    fbits = max(int(flush.max()), int(sb_flush[-1])).bit_length()
     lo = min(int(t.min()), int(sb_t.min()))
     tbits = (max(int(t.max()), int(sb_t.max())) - lo).bit_length()
-    if max(int(flush.max()), int(sb_flush[-1])).bit_length() + tbits > 63:
-        return None
-    base, shift = np.uint64(lo), np.uint64(tbits)
-    sb_key = (sb_flush.astype(np.uint64) << shift) | (sb_t - base)
-    key = (flush.astype(np.uint64) << shift) | (t - base)
+    if fbits + tbits <= 63:
+        sb_time, time = sb_t - np.uint64(lo), t - np.uint64(lo)
+    else:  # by rank: equal times keep equal ranks, order is all the search needs
+        values, rank = unique(np, np.concatenate((sb_t, t)))
+        tbits = max(len(values) - 1, 1).bit_length()
+        if fbits + tbits > 63:
+            raise NotBulk("too many round flushes")
+        rank = rank.astype(np.uint64)
+        sb_time, time = rank[: len(sb_t)], rank[len(sb_t) :]
+    shift = np.uint64(tbits)
+    sb_key = (sb_flush.astype(np.uint64) << shift) | sb_time
+    key = (flush.astype(np.uint64) << shift) | time
     before = np.searchsorted(sb_key.view(np.int64), key.view(np.int64), side="left")
     ties = np.flatnonzero(sb_key[np.minimum(before, len(sb_key) - 1)] == key)
     for q in ties.tolist():  # equal flush and time: arrival order decides
