@@ -30,9 +30,15 @@ def number_sorted(np: Any, s: Any, perm: Any) -> tuple[Any, Any]:
 
 def stable_argsort(np: Any, a: Any) -> Any:
     """np.argsort(a, kind="stable") of a 1-d integer array: the same permutation, found
-    faster where packed_argsort can (numpy's stable sort of 64-bit integers is a merge
-    sort); its stable sort otherwise, and of 16-bit values (a radix sort)."""
-    perm = packed_argsort(np, a) if a.dtype.itemsize > 2 else None
+    faster (numpy's stable sort of 64-bit integers is a merge sort): by its radix sort of
+    16-bit values where the span fits in 16 bits, else where packed_argsort can; its
+    stable sort otherwise."""
+    if a.dtype.itemsize <= 2 or len(a) < 2:
+        return np.argsort(a, kind="stable")
+    lo = int(a.min())
+    if int(a.max()) - lo < 1 << 16:
+        return np.argsort((a - lo).astype(np.uint16), kind="stable")
+    perm = packed_argsort(np, a)
     return np.argsort(a, kind="stable") if perm is None else perm
 
 

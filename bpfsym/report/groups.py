@@ -259,11 +259,7 @@ def chain_rows(np: Any, words: Any, nr: Any, first: Any) -> list[tuple[Any, Any]
     n = len(nr)
     if not n:
         return []
-    order = (
-        np.argsort(nr.astype(np.uint16), kind="stable")  # a radix sort
-        if int(nr.max()) < 1 << 16
-        else stable_argsort(np, nr)
-    )
+    order = stable_argsort(np, nr)
     s = nr[order]
     cuts = (np.flatnonzero(s[1:] != s[:-1]) + 1).tolist()
     rows = []
@@ -321,8 +317,7 @@ class Members:
     def __call__(self, g: int) -> Any:
         np = self.np
         if self.perm is None:
-            key = self.of.astype(np.uint16) if self.count <= 1 << 16 else self.of
-            self.perm = stable_argsort(np, key)
+            self.perm = stable_argsort(np, self.of)
             counts = np.bincount(self.of, minlength=self.count)
             self.starts = np.concatenate(([0], np.cumsum(counts)))
         return self.perm[self.starts[g] : self.starts[g + 1]]
