@@ -135,9 +135,7 @@ def plain_kernel(
     vmlinux = sym.vmlinux_range()
     if vmlinux is None or any(map(kernel_map, sideband)):
         return None
-    covered |= ips < np.uint64(vmlinux[0])
-    if vmlinux[1] < 1 << 64:
-        covered |= ips >= np.uint64(vmlinux[1])
+    covered |= ~_within(np, ips, *vmlinux)
     for a, e, dso in sym.kmaps:
         if dso != KERNEL_MAP_DSO:
             covered |= _within(np, ips, a, e)

@@ -33,3 +33,11 @@ def test_code_that_runs_to_the_last_address_covers_it() -> None:
     sym.kmaps.sort()
     got = plain_kernel(np, sym, [], ips)
     assert got is not None and got[0].tolist() == [0]
+
+
+def test_kallsyms_names_only_what_lies_in_the_kernels_own_map() -> None:
+    ips = np.array([0x7F0000001000, 0xFFFFFFFF81000010, TOP - 0x80], dtype=np.uint64)
+    sym = _symbolizer()
+    sym.kmaps = [(0xFFFFFFFF80000000, TOP - 0x100, KERNEL_MAP_DSO)]  # ends before the top
+    got = plain_kernel(np, sym, [], ips)
+    assert got is not None and got[0].tolist() == [1]
