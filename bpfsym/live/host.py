@@ -64,14 +64,9 @@ def kernel_build_id(notes: str = "/sys/kernel/notes") -> str:
     return ""
 
 
-def read_host_kallsyms(path: str = "/proc/kallsyms") -> str:
-    """The kernel part of a kallsyms file (up to the first [bpf] line: those come last)."""
-    return kernel_kallsyms(path).decode("utf-8", "replace")
-
-
 class HostKallsyms:
-    """read_host_kallsyms() done beside: a child process (live/kernel_kallsyms.py) writes the text into
-    an anonymous file while this one goes on; text() waits for it. inherit() gives a
+    """kernel_kallsyms() done beside: a child process (live/kernel_kallsyms.py) writes the text into
+    an anonymous file while this one goes on; raw() waits for it. inherit() gives a
     forked process the same text without the kernel making it twice."""
 
     def __init__(self, path: str = "/proc/kallsyms", notes: str = "/sys/kernel/notes") -> None:
@@ -111,9 +106,6 @@ class HostKallsyms:
         if self._raw is None:
             self._raw = self._get()
         return self._raw
-
-    def text(self) -> str:
-        return self.raw().decode("utf-8", "replace")
 
     def _get(self) -> bytes:
         os.read(self._done, 1)  # blocks (without the GIL) until the reader exits

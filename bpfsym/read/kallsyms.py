@@ -118,7 +118,7 @@ class KernelSymbols:
         buf, starts, ends, width, addr = got
         wanted = np.zeros(256, dtype=bool)
         wanted[list(KALLSYMS_TYPES_B)] = True
-        # lines ending "\t[bpf]": read_host_kallsyms cut those, so this is other text
+        # lines ending "\t[bpf]": kernel_kallsyms cuts those, so this is other text
         tail = ends[ends >= 6]
         bpf = tail[(buf[tail - 5] == ord("[")) & (buf[tail - 4] == ord("b"))]
         if any(raw[e - 6 : e] == b"\t[bpf]" for e in bpf.tolist()):

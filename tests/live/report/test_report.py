@@ -300,20 +300,20 @@ def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
 
 def test_kallsyms_read_beside_equals_reading_it_here(pins: str, tmp_path: object) -> None:
     """HostKallsyms (a child process reads /proc/kallsyms up to the BPF part) gives what
-    read_host_kallsyms gives; with a BPF program loaded the [bpf] lines are cut off."""
-    from bpfsym.live.host import HostKallsyms, read_host_kallsyms
+    kernel_kallsyms gives; with a BPF program loaded the [bpf] lines are cut off."""
+    from bpfsym.live.host import HostKallsyms, kernel_kallsyms
 
-    text = HostKallsyms().text()
-    assert text == read_host_kallsyms()
-    assert "\t[bpf]" not in text and len(text.splitlines()) > 10000
+    text = HostKallsyms().raw()
+    assert text == kernel_kallsyms()
+    assert b"\t[bpf]" not in text and len(text.splitlines()) > 10000
     with open("/proc/kallsyms") as f:
         assert "\t[bpf]" in f.read()  # pins holds a program: there was something to cut
     other = os.path.join(str(tmp_path), "ksyms.txt")
     with open(other, "w") as f:
         f.write("ffffffff81000000 T _stext\nffffffffc0000000 t bpf_prog_1_x\t[bpf]\n")
-    assert HostKallsyms(other).text() == "ffffffff81000000 T _stext\n"
+    assert HostKallsyms(other).raw() == b"ffffffff81000000 T _stext\n"
     with pytest.raises(FileNotFoundError):
-        HostKallsyms(os.path.join(str(tmp_path), "missing")).text()
+        HostKallsyms(os.path.join(str(tmp_path), "missing")).raw()
 
 
 def test_host_kallsyms_looked_up_in_place_as_read_in_full() -> None:
@@ -323,10 +323,10 @@ def test_host_kallsyms_looked_up_in_place_as_read_in_full() -> None:
 
     import numpy as np
 
-    from bpfsym.live.host import read_host_kallsyms
+    from bpfsym.live.host import kernel_kallsyms
     from bpfsym.read.kallsyms import KernelSymbols, SortedKallsyms
 
-    text = read_host_kallsyms()
+    text = kernel_kallsyms().decode()
     full = KernelSymbols.from_text(text, "x", np=np)
     here = SortedKallsyms(text, "x")
     assert len(full) > 10000 and len(here)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpfsym.live.host import HostKallsyms, kernel_kallsyms, read_host_kallsyms
+from bpfsym.live.host import HostKallsyms, kernel_kallsyms
 from bpfsym.read.arrays import hex_column
 from bpfsym.read.kallsyms import parse_kallsyms
 
@@ -53,11 +53,11 @@ def test_host_reader_process_gives_the_kernel_part(tmp_path):
     p = tmp_path / "kallsyms"
     p.write_bytes(whole)
     h = HostKallsyms(str(p))
-    assert h.text() == want.decode()
-    assert h.text() == read_host_kallsyms(str(p))
+    assert h.raw() == want
+    assert h.raw() == kernel_kallsyms(str(p))
     h.close()
     with pytest.raises(FileNotFoundError):
-        HostKallsyms(str(tmp_path / "missing")).text()
+        HostKallsyms(str(tmp_path / "missing")).raw()
 
 
 def test_host_reader_text_reaches_a_forked_process(tmp_path):
@@ -69,7 +69,7 @@ def test_host_reader_text_reaches_a_forked_process(tmp_path):
     pid = os.fork()
     if pid == 0:  # what report's second reading process does
         try:
-            os.write(w, hashlib.sha256(h.inherit().text().encode()).digest())
+            os.write(w, hashlib.sha256(h.inherit().raw()).digest())
         finally:
             os._exit(0)
     os.close(w)
@@ -77,7 +77,7 @@ def test_host_reader_text_reaches_a_forked_process(tmp_path):
     os.close(r)
     os.waitpid(pid, 0)
     assert got == hashlib.sha256(want).digest()
-    assert h.text() == want.decode()  # and the parent still has it
+    assert h.raw() == want  # and the parent still has it
     h.close()
 
 
@@ -86,7 +86,7 @@ def test_host_reader_without_a_python_to_start(tmp_path, monkeypatch):
     p = tmp_path / "kallsyms"
     p.write_bytes(whole)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
-    assert HostKallsyms(str(p)).text() == want.decode()  # read here instead
+    assert HostKallsyms(str(p)).raw() == want  # read here instead
 
 
 @pytest.mark.parametrize("shift", range(-8, 3))
