@@ -129,12 +129,36 @@ class KernelSymbols:
         last = np.ones(len(a), dtype=bool)  # of one address, the last line (see _build)
         last[:-1] = a[1:] != a[:-1]
         order = order[last]
-        self._addr_np = addr[order]
+        self._set_columns(raw, addr[order], starts[order], ends[order])
+        return True
+
+    def _set_columns(self, raw: Any, addr: Any, starts: Any, ends: Any) -> None:
+        self._addr_np = addr
         self._addrs: list[int] | None = None  # made once one-by-one lookups are many
         self._searches = 0  # one-by-one lookups searched in the numpy column so far
-        self._line = (raw, starts[order], ends[order])
+        self._line = (raw, starts, ends)
         self._made: dict[int, KernelSymbol] = {}
-        return True
+
+    def columns(self) -> tuple[Any, Any, Any, Any] | None:
+        """What the numpy reading made of the text: (the text, each symbol's address,
+        its line's start and end in the text), by address; None for a table made another
+        way. from_columns makes the same table of them (report's second process gets
+        the first one's so: report.split.KernelHandoff)."""
+        if self._line is None:
+            return None
+        raw, starts, ends = self._line
+        return raw, self._addr_np, starts, ends
+
+    @classmethod
+    def from_columns(
+        cls, raw: Any, addr: Any, starts: Any, ends: Any, origin: str, note: str = ""
+    ) -> KernelSymbols:
+        """The table columns() gave (raw: the text, as bytes or any buffer of them)."""
+        self = cls.__new__(cls)
+        self.origin = origin
+        self.note = note or origin
+        self._set_columns(raw, addr, starts, ends)
+        return self
 
     def _build(self, rows: list[tuple[int, str, str, str]]) -> None:
         by_addr: dict[int, tuple[int, str, str, str]] = {}
@@ -166,7 +190,7 @@ class KernelSymbols:
         s = self._made.get(i)
         if s is None:
             raw, starts, ends = self._line  # ASCII: a line decodes as it reads
-            parts = raw[int(starts[i]) : int(ends[i])].decode("ascii").split(None, 3)
+            parts = str(raw[int(starts[i]) : int(ends[i])], "ascii").split(None, 3)
             mod = parts[3].strip()[1:-1] if len(parts) > 3 else ""
             s = self._made[i] = KernelSymbol(int(self._addr_np[i]), parts[1], parts[2], mod)
         return s

@@ -66,7 +66,6 @@ class BulkPass:
         if halves is None:
             self.read(SINGLE)
         else:
-            self.sideband.prepare_early()  # once, for both processes
             run_split(self, *halves)
         if not self.sideband.ready:
             self.sideband.prepare()

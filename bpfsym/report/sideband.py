@@ -62,6 +62,7 @@ class Sideband:
         self.sym = Symbolizer(None, "", cap, elf_root=symfs)
         self.sym.elf.np = np
         self.ready = False  # kernel symbols chosen
+        self.handoff: Any = None  # the other reading process's (report.split), if any
         self.header_set = False  # the header's BPF_PROG_INFO, BTF and build ids handed over
         # the kernel map's ref-reloc symbol and its address when recorded ("_text", pgoff)
         self.kernel_reloc: tuple[str, int] | None = None
@@ -84,20 +85,20 @@ class Sideband:
         self.sym.set_header(h.bpf_progs, h.btfs, h.build_ids, self.pd.little)
         self.header_set = True
 
-    def prepare_early(self) -> None:
-        """prepare() now when the kernel symbols cannot depend on side-band records (a
-        --kallsyms file, a --symfs, a side file): only the host's kallsyms wait for the
-        recorded kernel map's relocation (symbolize.kernel). The bulk pass does this before
-        it forks, so its two processes parse the kallsyms once."""
-        if self.kallsyms or self.symfs or self.cap is not None:
-            self.prepare()
-
     def prepare(self) -> None:
-        """Choose the kernel symbols: before the first sample is delivered."""
+        """Choose the kernel symbols: before the first sample is delivered (with two
+        reading processes, the second takes the first one's: report.split.KernelHandoff)."""
         sym = self.sym
-        sym.kernel, sym.kernel_note = kernel_symbols(
-            self.pd, self.cap, self.kallsyms, self.np, self.host, self.kernel_reloc, self.symfs
-        )
+        hand = self.handoff
+        got = hand.take(self.np, self.kernel_reloc) if hand is not None else None
+        if got is None:
+            got = kernel_symbols(
+                self.pd, self.cap, self.kallsyms, self.np, self.host, self.kernel_reloc,
+                self.symfs,
+            )  # fmt: skip
+            if hand is not None:
+                hand.give(*got, self.kernel_reloc)
+        sym.kernel, sym.kernel_note = got
         if not self.header_set:
             self.set_header()
         self.ready = True

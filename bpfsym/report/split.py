@@ -1,5 +1,6 @@
 """The bulk pass in two processes: the first half of the samples here, the second in a
-forked child whose sums come back through a pipe (pickled) and are merged.
+forked child whose sums come back through a pipe (pickled) and are merged; the kernel
+symbols the first makes are handed to the second (KernelHandoff).
 
 Both processes apply every side-band record in the same order as a single pass would,
 so each sample meets the state it would have met there; each only resolves and adds up
@@ -10,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import os
 import pickle
 import signal
+import struct
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bpfsym.read.bulk import NotBulk, usable_cpus
+from bpfsym.read.kallsyms import KernelSymbols
 from bpfsym.report.aggregates import add_to
 from bpfsym.symbolize.symbols import Sym
 
@@ -28,9 +32,10 @@ WINDOW = 16 << 20  # bytes of records located and decoded at once (see docs/pyth
 
 PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
 
-FIRST_SHARE = 0.58  # of the file, read by the first of two processes (the second also reads
-# the side-band records of the first share and loads its own ELF files: docs/python-speed.md)
-FIRST_SHARE_CHAINS = 0.55  # the same with call chains: per sample work dwarfs those costs
+FIRST_SHARE = 0.54  # of the file, read by the first of two processes (the second also reads
+# the side-band records of the first share and loads its own ELF files; the first makes the
+# kernel symbols for both: KernelHandoff, docs/python-speed.md)
+FIRST_SHARE_CHAINS = 0.53  # the same with call chains: per sample work dwarfs those costs
 
 TAIL_WINDOW = 1 << 20  # the first process's windows past its share
 
@@ -86,12 +91,14 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
     """bulk.read(first) here and bulk.read(second) in a forked child, then the child's
     sums merged into bulk.agg."""
     rfd, wfd = os.pipe()
+    hand = KernelHandoff()
     pid = os.fork()
     if pid == 0:
         os.close(rfd)
         sideband = bulk.sideband
         if sideband.host is not None:
             sideband.host = sideband.host.inherit()  # the text read once, for both
+        sideband.handoff = hand.second()
         try:
             try:
                 bulk.read(second)
@@ -104,8 +111,12 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
             os._exit(0)
     os.close(wfd)
     reader = os.fdopen(rfd, "rb")
+    bulk.sideband.handoff = hand.first()
     try:
-        bulk.read(first)
+        try:
+            bulk.read(first)
+        finally:
+            hand.done()  # what was not handed over by now, the child makes itself
         same = own_symbols(bulk)  # while the child may still be reading: its merge's half
         try:
             # unpickled frame by frame as the child pickles (pickling and unpickling the
@@ -127,6 +138,117 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
     if status != "ok":
         raise NotBulk(f"the second reading process failed: {body}")
     merge(bulk, body, same)
+
+
+class KernelHandoff:
+    """The kernel symbols, made once for both processes: by the first after the fork.
+
+    The first process chooses them at its first delivery (Sideband.prepare) and, when
+    they are a kallsyms table read with numpy, writes its text and columns into an
+    anonymous file the second one maps, which then neither reads nor parses the kallsyms
+    (0.02-0.03 s for a 5 MB text, no longer before the fork). Anything else (a table made
+    another way, none, or the first process's share read without one) is not handed
+    over: the second process makes its own, as it would alone. Both make theirs of the
+    same kallsyms source; what side-band records change (the kernel map's relocation)
+    goes with the table as its key, and a second process that got another makes its own.
+
+    The second process waits for the first one's word, which comes at the first one's
+    first delivery or at the end of its share (done).
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("bpfsym-kernel-symbols", os.MFD_CLOEXEC)
+        self.said_r, self.said_w = os.pipe()  # b"K": written; end of file: none
+        self.giving = self.taking = False
+
+    def first(self) -> KernelHandoff:
+        os.close(self.said_r)
+        self.giving = True
+        return self
+
+    def second(self) -> KernelHandoff:
+        os.close(self.said_w)
+        self.taking = True
+        return self
+
+    def give(self, kernel: Any, note: str, key: Any) -> None:
+        """Hand the first process's kernel symbols over (once; key: what else they
+        depend on), or say there are none to take."""
+        if not self.giving:
+            return
+        cols = kernel.columns() if isinstance(kernel, KernelSymbols) else None
+        try:
+            if cols is not None:
+                raw, addr, starts, ends = cols
+                arrays = (addr, starts, ends)
+                meta = pickle.dumps(
+                    (key, note, kernel.origin, kernel.note, len(raw),
+                     [(a.dtype.str, len(a)) for a in arrays]),
+                    pickle.HIGHEST_PROTOCOL,
+                )  # fmt: skip
+                parts = [struct.pack("<Q", len(meta)), meta, raw, *arrays]
+                pos = 0
+                for part in parts:
+                    view = memoryview(part).cast("B")
+                    pos += _pad(self.fd, pos)
+                    while view:
+                        n = os.write(self.fd, view)
+                        view, pos = view[n:], pos + n
+                os.write(self.said_w, b"K")
+        except OSError:
+            pass  # not all written: the second process makes its own (as it would alone)
+        finally:
+            self.done()
+
+    def done(self) -> None:
+        """The first process gives nothing more: the second stops waiting."""
+        if self.giving:
+            self.giving = False
+            os.close(self.said_w)
+            os.close(self.fd)
+
+    def take(self, np: Any, key: Any) -> tuple[KernelSymbols, str] | None:
+        """In the second process: the first one's kernel symbols and their note, made
+        of the same key; None where it handed none over (waits for its word once)."""
+        if not self.taking:
+            return None
+        self.taking = False
+        try:
+            if os.read(self.said_r, 1) != b"K":
+                return None
+            m = mmap.mmap(self.fd, 0, prot=mmap.PROT_READ)
+        except OSError:
+            return None  # makes its own
+        finally:
+            os.close(self.said_r)
+            os.close(self.fd)
+        (size,) = struct.unpack_from("<Q", m, 0)
+        pos = 8
+        given, note, origin, knote, nraw, arrays = pickle.loads(m[pos : pos + size])
+        if given != key:
+            return None
+        pos = _aligned(pos + size)
+        raw = memoryview(m)[pos : pos + nraw]  # lines are decoded from it when looked up
+        cols = []
+        pos = _aligned(pos + nraw)
+        for dtype, n in arrays:
+            cols.append(np.frombuffer(m, dtype=dtype, count=n, offset=pos))
+            pos = _aligned(pos + cols[-1].nbytes)
+        addr, starts, ends = cols
+        return KernelSymbols.from_columns(raw, addr, starts, ends, origin, knote), note
+
+
+def _aligned(pos: int) -> int:
+    return -(-pos // 8) * 8
+
+
+def _pad(fd: int, pos: int) -> int:
+    """Zero bytes written up to the next multiple of 8 from pos (numpy reads the arrays
+    in place, at aligned offsets); how many."""
+    n = _aligned(pos) - pos
+    if n:
+        os.write(fd, bytes(n))
+    return n
 
 
 def portable(bulk: BulkPass) -> tuple:
