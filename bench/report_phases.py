@@ -7,8 +7,8 @@ interpreter (as installed: from byte code), with clocks around the phases of the
 pass, and prints the min and median of each (wall seconds):
 
   interpreter   `python3 -c pass` (measured apart, in the same rounds)
-  imports       the command line's and the report's modules (pdb put off, as
-                `python -m bpfsym` does)
+  imports       the command line's and the report's modules (pdb and hashlib put off,
+                as `python -m bpfsym` does)
   numpy         its import
   set-up        the file's header, the kernel symbols, up to the fork
   reading       this process's share of the samples (bulk.read), and the child's
@@ -47,7 +47,7 @@ def child(argv: list[str]) -> None:
     t0 = time.perf_counter()
     import bpfsym.__main__ as entry
 
-    entry._lazy_pdb()
+    entry._lazy_imports()
     import bpfsym.commands.report as command
     import bpfsym.read.bulk as bulk_read
     import bpfsym.report.bulk as bulk

@@ -1,6 +1,7 @@
 """The bpfsym program (`bpfsym`, `python -m bpfsym`): Ctrl-C ends it quietly with status 130
 from its first moment, as perf does, also while the command line's modules import; construct's
-unused pdb import is put off (the program's start-up choice, not a side effect of formats)."""
+unused pdb and hashlib imports are put off (the program's start-up choice, not a side effect of
+formats)."""
 
 import _thread
 import importlib
@@ -12,21 +13,26 @@ import types
 from typing import Any
 
 
-class _LazyPdb(types.ModuleType):
-    """Stands in for pdb until something uses it: construct imports pdb for its Debugger,
-    which bpfsym never uses, and pdb costs 15 ms of every start-up."""
+class _Lazy(types.ModuleType):
+    """Stands in for a module until something uses it: construct imports pdb for its
+    Debugger and hashlib for its Checksum and compiled parsers, none of which bpfsym uses;
+    they cost 15 ms (pdb) and 3.5 ms (hashlib, which loads libcrypto) of every start-up."""
 
     def __getattr__(self, name: str) -> Any:
-        if sys.modules.get("pdb") is self:
-            del sys.modules["pdb"]
-        return getattr(importlib.import_module("pdb"), name)
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
 
 
-def _lazy_pdb() -> None:
-    if "pdb" not in sys.modules:
-        stub = _LazyPdb("pdb")
-        stub.__spec__ = None  # so `import pdb` does not look inside
-        sys.modules["pdb"] = stub
+LAZY = ("pdb", "hashlib")
+
+
+def _lazy_imports() -> None:
+    for name in LAZY:
+        if name not in sys.modules:
+            stub = _Lazy(name)
+            stub.__spec__ = None  # so `import name` does not look inside
+            sys.modules[name] = stub
 
 
 def _quit(signum: int, frame: object) -> None:
@@ -60,7 +66,7 @@ def _unraisable(unraisable: Any) -> None:
 def main() -> None:
     signal.signal(signal.SIGINT, _quit)  # until the command's own handling takes over
     sys.unraisablehook = _unraisable
-    _lazy_pdb()
+    _lazy_imports()
     from bpfsym.cli import entry
 
     entry()

@@ -47,3 +47,25 @@ def test_other_unraisable_exceptions_are_still_reported() -> None:
     p = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, timeout=60)
     assert p.returncode == 0 and p.stdout == b"went on\n"
     assert b"Exception ignored" in p.stderr and b"ValueError: x" in p.stderr
+
+
+_LAZY = """
+import sys
+import bpfsym.__main__ as program
+program._lazy_imports()
+import bpfsym.cli, bpfsym.commands.report, bpfsym.report.bulk, bpfsym.report.render
+print(sorted(n for n in ("pdb", "hashlib") if type(sys.modules.get(n)) is not program._Lazy))
+import hashlib, pdb
+print(hashlib.sha256(b"bpfsym").hexdigest()[:16], pdb.Pdb.__name__)
+print(sorted(n for n in ("pdb", "hashlib") if type(sys.modules.get(n)) is program._Lazy))
+"""
+
+
+def test_construct_s_unused_imports_wait_until_something_uses_them() -> None:
+    """The report's modules (construct among them) import without pdb and hashlib; the
+    first use of one imports the real module, and the stand-in is gone."""
+    p = subprocess.run(
+        [sys.executable, "-c", _LAZY], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:3] == ["[]", "8e84de6a9f0972f9 Pdb", "[]"]
