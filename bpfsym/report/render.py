@@ -111,8 +111,19 @@ def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
 
     On the stack tree: an entry's period is that of the nodes where it first appears on
     the way from a root (each stack passes through one such node)."""
+    cells, firsts = _first_nodes(an, st)
+    return {c: sum(node[2] for node in nodes) for c, nodes in zip(cells, firsts, strict=True)}
+
+
+def _first_nodes(an: Analysis, st: EventStats) -> tuple[list[tuple[str, ...]], list[list]]:
+    """The cells of each id and, per id, the stack tree's nodes where its entry first
+    appears on the way from a root (children overhead adds their periods up, the callee
+    graphs merge what lies below them). Made once per event."""
+    got = an.stack_cells.get(("first", id(st)))
+    if got is not None:
+        return got
     roots, cells = _stack_tree(an, st)
-    totals = [0] * len(cells)
+    firsts: list[list] = [[] for _ in cells]
     on_path = [False] * len(cells)
 
     def walk(kids: dict) -> None:
@@ -122,7 +133,7 @@ def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
                 if node[3]:
                     walk(node[3])
                 continue
-            totals[c] += node[2]
+            firsts[c].append(node)
             if node[3]:
                 on_path[c] = True
                 walk(node[3])
@@ -130,7 +141,8 @@ def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
 
     for kids in roots.values():
         walk(kids)
-    return dict(zip(cells, totals, strict=True))
+    got = an.stack_cells["first", id(st)] = (cells, firsts)
+    return got
 
 
 def _stack_tree(an: Analysis, st: EventStats) -> tuple[dict[tuple, dict], list[tuple[str, ...]]]:
@@ -139,7 +151,7 @@ def _stack_tree(an: Analysis, st: EventStats) -> tuple[dict[tuple, dict], list[t
     it, children by symbol]; and the cells of each id. Made once per event (children and
     graphs share it). Stacks share their callers' paths, so the tree has a third or less
     of the nodes the stacks have entries."""
-    got = an.stack_cells.get(id(st))
+    got = an.stack_cells.get(("tree", id(st)))
     if got is not None:
         return got
     cell_id: dict[tuple[str, ...], int] = {}
@@ -192,7 +204,7 @@ def _stack_tree(an: Analysis, st: EventStats) -> tuple[dict[tuple, dict], list[t
                 node = kids[s] = [c, s.name, 0, {}]
             node[2] += period
             kids = node[3]
-    got = an.stack_cells[id(st)] = (roots, cells)
+    got = an.stack_cells["tree", id(st)] = (roots, cells)
     return got
 
 
@@ -360,59 +372,42 @@ def _graphs(
     """Callee trees under each entry with enough children overhead.
 
     An entry's callee tree merges, by name, what lies below each node of the stack tree
-    where the entry first appears on the way from a root; one walk of the stack tree
-    carries the places reached in the callee trees of the entries above it."""
-    roots, cells = _stack_tree(an, st)
+    where the entry first appears on the way from a root. It is merged level by level,
+    only where it is shown: a place under graph_min percent is not, nor anything below
+    it (a place's period is at least its children's), so it is not merged further."""
+    cells, firsts = _first_nodes(an, st)
     want = {c for c, pc, _ in lines if 100.0 * pc / total >= graph_min}
-    want_ids = [c in want for c in cells]
-    on_path = [False] * len(cells)
-    trees: dict[int, dict] = {}
-
-    def walk(kids: dict, active: list[dict]) -> None:
-        for c, name, period, sub in kids.values():
-            below = []
-            for place in active:
-                child = place.get(name)
-                if child is None:
-                    child = place[name] = [0, {}]
-                child[0] += period
-                below.append(child[1])
-            if not sub:
-                continue
-            if want_ids[c] and not on_path[c]:
-                tree = trees.get(c)
-                if tree is None:
-                    tree = trees[c] = {}
-                below.append(tree)
-                on_path[c] = True
-                walk(sub, below)
-                on_path[c] = False
-            else:
-                walk(sub, below)
-
-    for kids in roots.values():
-        walk(kids, [])
     out = {}
-    for c, tree in trees.items():
-        lines_: list[str] = []
-        _render_tree(tree, total, "            ", lines_, graph_min)
-        out[cells[c]] = lines_
+    for c, nodes in zip(cells, firsts, strict=True):
+        if c in want:
+            lines_: list[str] = []
+            _render_merged(nodes, total, graph_min, "            ", lines_)
+            out[c] = lines_
     return out
 
 
-def _by_period_name(x: tuple[str, list]) -> tuple[int, str]:
-    return (-x[1][0], x[0])
+def _by_period_name(x: tuple[str, int, list]) -> tuple[int, str]:
+    return (-x[1], x[0])
 
 
-def _render_tree(
-    node: dict, total: int, indent: str, out: list[str], graph_min: float = GRAPH_MIN_PERCENT
-) -> None:
-    items = [x for x in node.items() if 100.0 * x[1][0] / total >= graph_min]
+def _render_merged(nodes: list, total: int, graph_min: float, indent: str, out: list[str]) -> None:
+    """The callee tree below nodes (stack tree nodes at one place of it): their children
+    merged by name, those of graph_min percent or more (by period, then name) with theirs."""
+    by_name: dict[str, list] = {}
+    for node in nodes:
+        for child in node[3].values():
+            got = by_name.get(child[1])
+            if got is None:
+                by_name[child[1]] = [child[2], [child]]
+            else:
+                got[0] += child[2]
+                got[1].append(child)
+    items = [(n, p, kids) for n, (p, kids) in by_name.items() if 100.0 * p / total >= graph_min]
     items.sort(key=_by_period_name)  # the filter first: fewer to sort
-    for i, (name, (period, children)) in enumerate(items):
+    for i, (name, period, kids) in enumerate(items):
         last = i == len(items) - 1
         out.append(f"{indent}{'`' if last else '|'}--{100.0 * period / total:.2f}%-- {name}")
-        _render_tree(children, total, indent + ("    " if last else "|   "), out, graph_min)
+        _render_merged(kids, total, graph_min, indent + ("    " if last else "|   "), out)
 
 
 def render_json(an: Analysis, side: str | None) -> str:
