@@ -74,6 +74,11 @@ class Accumulator:
         np = self.np
         ev = samples["ev"]
         events = self.agg.events
+        if events:  # usually every one is known after the first delivery: one look
+            known = np.zeros(len(self.attrs), dtype=bool)
+            known[list(events)] = True
+            if bool(known[ev].all()):
+                return
         firsts = []
         for e in unique(np, ev)[0].tolist():
             if e in events:

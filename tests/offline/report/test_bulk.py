@@ -314,3 +314,25 @@ def test_streams_take_the_record_by_record_reader() -> None:
     a = analyze("p.data", None, None, True, False, EMPTY, io.BytesIO(PIPE), accelerate=True)
     b = analyze("p.data", None, None, True, False, EMPTY, io.BytesIO(PIPE), accelerate=False)
     assert render_stdio(a, None, 0.0) == render_stdio(b, None, 0.0)
+
+
+@pytest.mark.parametrize("second_at", [(0,), (150,), (300, 301)])
+def test_an_event_first_sampled_in_a_later_delivery(tmp_path: object, second_at: tuple) -> None:
+    # a second event of the same layout whose first sample comes after many rounds went
+    # out with the first event's only: it is listed, second, with its samples, every way
+    from kit.perfdata_builder import build_file
+
+    from bpfsym.formats import perf as K
+
+    st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ |= K.SAMPLE_PERIOD | K.SAMPLE_CALLCHAIN
+    path = os.path.join(str(tmp_path), "later.data")
+    with open(path, "wb") as f:
+        f.write(build_file(True, st_, n=400, round_every=7, dummy=st_, dummy_at=second_at))
+    out = []
+    for fast, parallel in ((False, False), (True, False), (True, True)):
+        an = analyze(path, None, ["pid", "cpu", "sym"], True, False, EMPTY, None, fast, parallel)
+        assert an.accelerated == fast and an.total_samples == 400 + len(second_at)
+        assert [st.samples for st in an.events.values()] == [400, len(second_at)]
+        out.append(render_stdio(an, None, 0.0) + render_json(an, None))
+    assert out[0] == out[1] == out[2]
