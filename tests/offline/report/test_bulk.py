@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import os
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -141,11 +143,21 @@ def test_a_second_event_of_another_sample_layout(
     path = os.path.join(str(tmp_path), "two.data")
     with open(path, "wb") as f:
         f.write(build_file(True, st_, n=400, round_every=7, dummy=dummy, dummy_at=dummy_at))
+
+    def check(an: Any, fast: bool) -> None:
+        assert an.accelerated == (fast and not dummy_at)
+        assert an.total_samples == 400 + len(dummy_at)
+
+    _alike_three_ways(path, check)
+
+
+def _alike_three_ways(path: str, check: Callable[[Any, bool], None]) -> None:
+    """The call-graph report of path read record by record, with numpy, and with numpy
+    in two processes: the same text and JSON; check(analysis, numpy or not) on each."""
     out = []
     for fast, parallel in ((False, False), (True, False), (True, True)):
         an = analyze(path, None, ["pid", "cpu", "sym"], True, False, EMPTY, None, fast, parallel)
-        assert an.accelerated == (fast and not dummy_at)
-        assert an.total_samples == 400 + len(dummy_at)
+        check(an, fast)
         out.append(render_stdio(an, None, 0.0) + render_json(an, None))
     assert out[0] == out[1] == out[2]
 
@@ -329,10 +341,9 @@ def test_an_event_first_sampled_in_a_later_delivery(tmp_path: object, second_at:
     path = os.path.join(str(tmp_path), "later.data")
     with open(path, "wb") as f:
         f.write(build_file(True, st_, n=400, round_every=7, dummy=st_, dummy_at=second_at))
-    out = []
-    for fast, parallel in ((False, False), (True, False), (True, True)):
-        an = analyze(path, None, ["pid", "cpu", "sym"], True, False, EMPTY, None, fast, parallel)
+
+    def check(an: Any, fast: bool) -> None:
         assert an.accelerated == fast and an.total_samples == 400 + len(second_at)
         assert [st.samples for st in an.events.values()] == [400, len(second_at)]
-        out.append(render_stdio(an, None, 0.0) + render_json(an, None))
-    assert out[0] == out[1] == out[2]
+
+    _alike_three_ways(path, check)
