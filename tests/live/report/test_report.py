@@ -241,16 +241,29 @@ def test_side_file_names_and_kallsyms_file(pins: str, tmp_path: object) -> None:
 
 @pytest.mark.parametrize("freq", [["-F", "4000"], []])
 def test_numpy_accelerator_matches_the_pure_python_reader(
-    pins: str, tmp_path: object, freq: list[str]
+    pins: str, tmp_path: object, freq: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a system-wide -g recording has MMAP/COMM/FORK records interleaved with samples and a
     # BPF program loaded and unloaded in between: both readers must place them alike, and
-    # so must two processes sharing the samples (the parallel reading of large files).
+    # so must two processes sharing the samples (the parallel reading of large files),
+    # the second taking the host's kallsyms table from the first (report.split.
+    # KernelHandoff: kernel_symbols runs in the first only; each call leaves its pid).
     # Without -F, perf 6.1 gives its side-band event (dummy:HG) a sample_type of its own
     # (no PERIOD; IDENTIFIER in both): the fast reader must take that file too
     from bpfsym.read.perfdata import PerfData
+    from bpfsym.report import sideband as sideband_module
     from bpfsym.report.analysis import analyze
     from bpfsym.report.render import render_folded, render_json, render_stdio
+
+    calls = os.path.join(str(tmp_path), "kernel_symbols_calls")
+    real = sideband_module.kernel_symbols
+
+    def counted(*args: object, **kw: object) -> object:
+        with open(calls, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sideband_module, "kernel_symbols", counted)
 
     data = os.path.join(str(tmp_path), "n.data")
     perf_record(
@@ -264,11 +277,16 @@ def test_numpy_accelerator_matches_the_pure_python_reader(
     for keys in (["comm", "dso", "sym"], ["pid", "cpu", "prog", "srcline"]):
         out = []
         for fast, parallel in ((True, False), (False, False), (True, True)):
+            if os.path.exists(calls):
+                os.unlink(calls)
             an = analyze(data, None, keys, True, False, accelerate=fast, parallel=parallel)
             assert an.accelerated == fast
+            with open(calls) as f:
+                assert f.read().split() == [str(os.getpid())]  # this process's only
             out.append(render_stdio(an, None, 0.0) + render_json(an, None) + render_folded(an))
         assert out[0] == out[1] == out[2]
     assert "_burn_mix" in out[0]
+    assert ";do_idle;" in out[0]  # the host's kallsyms named kernel code (idle CPUs)
 
 
 def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
