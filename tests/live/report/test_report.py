@@ -250,20 +250,13 @@ def test_numpy_accelerator_matches_the_pure_python_reader(
     # KernelHandoff: kernel_symbols runs in the first only; each call leaves its pid).
     # Without -F, perf 6.1 gives its side-band event (dummy:HG) a sample_type of its own
     # (no PERIOD; IDENTIFIER in both): the fast reader must take that file too
+    from kit.splitkit import kernel_symbols_callers
+
     from bpfsym.read.perfdata import PerfData
-    from bpfsym.report import sideband as sideband_module
     from bpfsym.report.analysis import analyze
     from bpfsym.report.render import render_folded, render_json, render_stdio
 
-    calls = os.path.join(str(tmp_path), "kernel_symbols_calls")
-    real = sideband_module.kernel_symbols
-
-    def counted(*args: object, **kw: object) -> object:
-        with open(calls, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        return real(*args, **kw)
-
-    monkeypatch.setattr(sideband_module, "kernel_symbols", counted)
+    callers = kernel_symbols_callers(monkeypatch, str(tmp_path))
 
     data = os.path.join(str(tmp_path), "n.data")
     perf_record(
@@ -277,12 +270,9 @@ def test_numpy_accelerator_matches_the_pure_python_reader(
     for keys in (["comm", "dso", "sym"], ["pid", "cpu", "prog", "srcline"]):
         out = []
         for fast, parallel in ((True, False), (False, False), (True, True)):
-            if os.path.exists(calls):
-                os.unlink(calls)
             an = analyze(data, None, keys, True, False, accelerate=fast, parallel=parallel)
             assert an.accelerated == fast
-            with open(calls) as f:
-                assert f.read().split() == [str(os.getpid())]  # this process's only
+            assert callers() == [os.getpid()]  # this process's only
             out.append(render_stdio(an, None, 0.0) + render_json(an, None) + render_folded(an))
         assert out[0] == out[1] == out[2]
     assert "_burn_mix" in out[0]

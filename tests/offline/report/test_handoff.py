@@ -10,9 +10,9 @@ import pickle
 import numpy as np
 import pytest
 from kit.perftext import fixture_kallsyms
+from kit.splitkit import kernel_symbols_callers
 
 from bpfsym.read.kallsyms import KernelSymbols
-from bpfsym.report import sideband as sideband_module
 from bpfsym.report.analysis import analyze
 from bpfsym.report.render import render_stdio
 from bpfsym.report.split import KernelHandoff
@@ -110,21 +110,11 @@ def test_a_split_report_parses_the_kallsyms_once(
     """Forced into two processes, the report is the one-process report, and only the
     first process chooses the kernel symbols (each call leaves its pid in a file: the
     forked process shares this patch)."""
-    calls = os.path.join(str(tmp_path), "calls")
-    real = sideband_module.kernel_symbols
-
-    def counted(*args: object, **kw: object) -> object:
-        with open(calls, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        return real(*args, **kw)
-
-    monkeypatch.setattr(sideband_module, "kernel_symbols", counted)
+    callers = kernel_symbols_callers(monkeypatch, str(tmp_path))
     path = os.path.join(FIX, "multi.data")
     ks = fixture_kallsyms()
     two = analyze(path, None, ["comm", "dso", "sym"], True, False, ks, None, True, True)
-    with open(calls) as f:
-        pids = f.read().split()
-    assert pids == [str(os.getpid())]
+    assert callers() == [os.getpid()]
     one = analyze(path, None, ["comm", "dso", "sym"], True, False, ks, None, True, False)
     text = render_stdio(two, None, 0.0)
     assert text == render_stdio(one, None, 0.0)
