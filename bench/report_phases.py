@@ -10,7 +10,8 @@ pass, and prints the min and median of each (wall seconds):
   imports       the command line's and the report's modules (pdb and hashlib put off,
                 as `python -m bpfsym` does)
   numpy         its import
-  set-up        the file's header, the kernel symbols, up to the fork
+  set-up        the file's header, up to the fork (the first reading process makes the
+                kernel symbols after it, at its first delivery: split.KernelHandoff)
   reading       this process's share of the samples (bulk.read), and the child's
   waiting       from this process's share read to the child's sums in hand
   merge         the child's sums added (split.merge)
