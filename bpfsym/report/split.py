@@ -15,7 +15,6 @@ import mmap
 import os
 import pickle
 import signal
-import struct
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -152,13 +151,14 @@ class KernelHandoff:
     same kallsyms source; what side-band records change (the kernel map's relocation)
     goes with the table as its key, and a second process that got another makes its own.
 
-    The second process waits for the first one's word, which comes at the first one's
-    first delivery or at the end of its share (done).
+    The second process waits for the first one's word on a pipe, which comes at the
+    first one's first delivery or at the end of its share (done): the table's key, notes
+    and where its parts lie in the file (pickled), or nothing.
     """
 
     def __init__(self) -> None:
         self.fd = os.memfd_create("bpfsym-kernel-symbols", os.MFD_CLOEXEC)
-        self.said_r, self.said_w = os.pipe()  # b"K": written; end of file: none
+        self.said_r, self.said_w = os.pipe()
         self.giving = self.taking = False
 
     def first(self) -> KernelHandoff:
@@ -179,22 +179,17 @@ class KernelHandoff:
         cols = kernel.columns() if isinstance(kernel, KernelSymbols) else None
         try:
             if cols is not None:
-                raw, addr, starts, ends = cols
-                arrays = (addr, starts, ends)
-                meta = pickle.dumps(
-                    (key, note, kernel.origin, kernel.note, len(raw),
-                     [(a.dtype.str, len(a)) for a in arrays]),
-                    pickle.HIGHEST_PROTOCOL,
-                )  # fmt: skip
-                parts = [struct.pack("<Q", len(meta)), meta, raw, *arrays]
+                parts = []  # (offset, length, numpy type or None for the text) of each
                 pos = 0
-                for part in parts:
+                for part in cols:
+                    pos = _aligned(pos)  # numpy reads the arrays in place (a gap reads 0)
                     view = memoryview(part).cast("B")
-                    pos += _pad(self.fd, pos)
+                    parts.append((pos, len(part), getattr(part, "dtype", None)))
                     while view:
-                        n = os.write(self.fd, view)
+                        n = os.pwrite(self.fd, view, pos)
                         view, pos = view[n:], pos + n
-                os.write(self.said_w, b"K")
+                word = pickle.dumps((key, note, kernel.origin, kernel.note, parts))
+                os.write(self.said_w, word)  # far under the pipe's 64 KiB: never waits
         except OSError:
             pass  # not all written: the second process makes its own (as it would alone)
         finally:
@@ -214,41 +209,28 @@ class KernelHandoff:
             return None
         self.taking = False
         try:
-            if os.read(self.said_r, 1) != b"K":
+            with os.fdopen(self.said_r, "rb") as said:
+                word = said.read()  # to the first process's done
+            if not word:
                 return None
             m = mmap.mmap(self.fd, 0, prot=mmap.PROT_READ)
         except OSError:
             return None  # makes its own
         finally:
-            os.close(self.said_r)
             os.close(self.fd)
-        (size,) = struct.unpack_from("<Q", m, 0)
-        pos = 8
-        given, note, origin, knote, nraw, arrays = pickle.loads(m[pos : pos + size])
+        given, note, origin, knote, parts = pickle.loads(word)
         if given != key:
             return None
-        pos = _aligned(pos + size)
-        raw = memoryview(m)[pos : pos + nraw]  # lines are decoded from it when looked up
-        cols = []
-        pos = _aligned(pos + nraw)
-        for dtype, n in arrays:
-            cols.append(np.frombuffer(m, dtype=dtype, count=n, offset=pos))
-            pos = _aligned(pos + cols[-1].nbytes)
-        addr, starts, ends = cols
+        (at, size, _), *arrays = parts
+        raw = memoryview(m)[at : at + size]  # lines are decoded from it when looked up
+        addr, starts, ends = (
+            np.frombuffer(m, dtype=dtype, count=n, offset=pos) for pos, n, dtype in arrays
+        )
         return KernelSymbols.from_columns(raw, addr, starts, ends, origin, knote), note
 
 
 def _aligned(pos: int) -> int:
     return -(-pos // 8) * 8
-
-
-def _pad(fd: int, pos: int) -> int:
-    """Zero bytes written up to the next multiple of 8 from pos (numpy reads the arrays
-    in place, at aligned offsets); how many."""
-    n = _aligned(pos) - pos
-    if n:
-        os.write(fd, bytes(n))
-    return n
 
 
 def portable(bulk: BulkPass) -> tuple:
