@@ -120,15 +120,58 @@ def map_states(np: Any, sideband: list[Outgoing], pids: Any, before: Any) -> Any
 
 
 def address_groups(
-    np: Any, samples: Samples, sideband: list[Outgoing], before: Any, mode: Any
-) -> tuple[Groups, UserStates | None]:
+    np: Any, samples: Samples, sideband: list[Outgoing], before: Any, mode: Any,
+    chains: Groups | None = None,
+) -> tuple[Groups, UserStates | None]:  # fmt: skip
     """Group samples by (mode, address, the side-band state their symbol depends on):
-    kernel groups first, then user, then the other modes (which never resolve)."""
+    kernel groups first, then user, then the other modes (which never resolve).
+
+    chains: the samples' call chain groups, which these only merge (the samples of a
+    chain group agree on mode, address and both states: chain_groups); the key is then
+    made of one sample per chain group, not of every sample."""
+    if chains is None:
+        of, count, sel, state, nstates = _address_keys(
+            np, samples["ip"], samples["pid"], sideband, before, mode
+        )
+        users = None
+        if sel is not None:
+            users = UserStates(sel, summarize(np, state, nstates, before[sel], sel))
+        return summarize(np, of, count, before), users
+    rep = chains.first
+    of, count, sel, state, nstates = _address_keys(
+        np, samples["ip"][rep], samples["pid"][rep], sideband, before[rep], mode[rep]
+    )
+    groups = Groups(of[chains.of], count, *_firsts(np, of, count, chains))
+    users = None
+    if sel is not None:
+        cstate = np.zeros(chains.count, dtype=np.int64)
+        cstate[sel] = state
+        samples_ = np.flatnonzero(mode == F.MISC_USER)
+        first, at = _firsts(np, state, nstates, chains, sel)
+        users = UserStates(samples_, Groups(cstate[chains.of[samples_]], nstates, first, at))
+    return groups, users
+
+
+def _firsts(np: Any, of: Any, count: int, chains: Groups, sel: Any = None) -> tuple[Any, Any]:
+    """The first sample and the place of groups of chain groups (of: the group of each
+    chain group, or of those in sel)."""
+    first = np.full(count, BIG, dtype=np.int64)
+    at = np.full(count, BIG, dtype=np.int64)
+    np.minimum.at(first, of, chains.first if sel is None else chains.first[sel])
+    np.minimum.at(at, of, chains.at if sel is None else chains.at[sel])
+    return first, at
+
+
+def _address_keys(
+    np: Any, ip: Any, pid: Any, sideband: list[Outgoing], before: Any, mode: Any
+) -> tuple[Any, int, Any, Any, int]:
+    """address_groups' numbering of samples by (mode, address, state): each one's group
+    and their count, and of the user-mode samples (sel, None without) their memory-map
+    state and the states' count."""
     n = len(mode)
-    ip = samples["ip"]
     of = np.empty(n, dtype=np.int64)
     base = 0
-    users = None
+    sel_user, user_state, nstates = None, None, 0
     kernel = mode == F.MISC_KERNEL
     user = mode == F.MISC_USER
     for which, what in ((kernel, F.MISC_KERNEL), (user, F.MISC_USER), (~(kernel | user), 0)):
@@ -139,8 +182,8 @@ def address_groups(
         if what == F.MISC_KERNEL:
             state = kernel_states(np, sideband, before[sel])
         elif what == F.MISC_USER:
-            state, nstates = dense(np, map_states(np, sideband, samples["pid"][sel], before[sel]))
-            users = UserStates(sel, summarize(np, state, nstates, before[sel], sel))
+            state, nstates = dense(np, map_states(np, sideband, pid[sel], before[sel]))
+            sel_user, user_state = sel, state
         else:
             state = mode[sel]
         lo = int(ips.min())
@@ -156,7 +199,7 @@ def address_groups(
             inv, ng = dense(np, state * len(ipu) + ip_inv)
         of[sel] = inv + base
         base += ng
-    return summarize(np, of, base, before), users
+    return of, base, sel_user, user_state, nstates
 
 
 def comm_groups(np: Any, samples: Samples, sideband: list[Outgoing], before: Any) -> Groups:

@@ -82,7 +82,10 @@ class BulkDelivery:
             before = before - first
         self.acc.new_events(samples)
         mode = (samples["misc"] & 7).astype(np.int64)  # PERF_RECORD_MISC_CPUMODE_MASK
-        addr, users = address_groups(np, samples, sideband, before, mode)
+        groups = None  # call chain groups: address groups merge them
+        if self.callchains and "chain" in samples:
+            groups = chain_groups(np, self.data.u64, samples, sideband, before, mode)
+        addr, users = address_groups(np, samples, sideband, before, mode, groups)
         addresses = _Addresses(self, samples, addr, mode, users, sideband)
         probes: list[_Probe] = [addresses]
         maps = None
@@ -96,8 +99,7 @@ class BulkDelivery:
             comms = _Comms(np, self.ids, samples, comm_groups(np, samples, sideband, before))
             probes.append(comms)
         chains = None
-        if self.callchains and "chain" in samples:
-            groups = chain_groups(np, self.data.u64, samples, sideband, before, mode)
+        if groups is not None:
             chains = _Chains(self, samples, groups, mode, sideband)
             probes.append(chains)
             if chains.user_maps is not None:

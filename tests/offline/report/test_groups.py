@@ -15,7 +15,14 @@ from bpfsym.formats import perfdata as F
 from bpfsym.read.arrays import stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report import groups
-from bpfsym.report.groups import chain_groups, chain_ids, dense, kernel_states, map_states
+from bpfsym.report.groups import (
+    address_groups,
+    chain_groups,
+    chain_ids,
+    dense,
+    kernel_states,
+    map_states,
+)
 from bpfsym.report.rounds import Outgoing
 
 DTYPES = [np.int64, np.uint64, np.int32, np.uint32, np.uint16]
@@ -75,17 +82,9 @@ def _sideband(rng, n: int, pids: list[int]) -> list[Outgoing]:
     return out
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 400),
-    st.integers(1, 12),
-    st.integers(0, 6),
-    st.booleans(),
-    st.integers(0, 2**32 - 1),
-)
-def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
-    n, distinct, nsideband, vary, seed
-):
+def _chain_delivery(n: int, distinct: int, nsideband: int, vary: bool, seed: int) -> tuple:
+    """A random delivery of n samples of `distinct` call chains: (words, samples,
+    side-band, each sample's place, mode, the chains, each sample's chain)."""
     rng = np.random.default_rng(seed)
     # `distinct` call chains (some empty), each sample one of them, laid out in a word array
     chains = [
@@ -117,6 +116,24 @@ def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
     before = np.sort(rng.integers(0, nsideband + 1, n)).astype(np.int64)
     samples = {"nr": nr, "chain": np.array(at, dtype=np.int64), "ip": ip, "pid": pid}
 
+    return words_a, samples, sideband, before, mode, chains, which
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(1, 12),
+    st.integers(0, 6),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
+    n, distinct, nsideband, vary, seed
+):
+    words_a, samples, sideband, before, mode, chains, which = _chain_delivery(
+        n, distinct, nsideband, vary, seed
+    )
+    ip, pid = samples["ip"], samples["pid"]
     g = chain_groups(np, words_a, samples, sideband, before, mode)
     ids = chain_ids(np, words_a, samples)[0]
     mstate = map_states(np, sideband, pid, before)
@@ -136,6 +153,36 @@ def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
     assert g.of.tolist() == [number[k] for k in key]
     assert g.first.tolist() == [key.index(k) for k in order]
     assert g.at.tolist() == [min(int(before[i]) for i in range(n) if key[i] == k) for k in order]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(1, 12),
+    st.integers(0, 6),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_address_groups_of_chain_groups_are_those_of_every_sample(
+    n, distinct, nsideband, vary, seed
+):
+    # with call chains, address groups are made of one sample per chain group (whose
+    # samples agree on mode, address and both states): the same groups, the same users
+    words, samples, sideband, before, mode, _, _ = _chain_delivery(
+        n, distinct, nsideband, vary, seed
+    )
+    chains = chain_groups(np, words, samples, sideband, before, mode)
+    want, want_users = address_groups(np, samples, sideband, before, mode)
+    got, got_users = address_groups(np, samples, sideband, before, mode, chains)
+    pairs = [(want, got)]
+    assert (want_users is None) == (got_users is None)
+    if want_users is not None:
+        assert got_users.samples.tolist() == want_users.samples.tolist()
+        pairs.append((want_users.groups, got_users.groups))
+    for a, b in pairs:
+        assert b.count == a.count
+        for name in ("of", "first", "at"):
+            assert getattr(b, name).tolist() == getattr(a, name).tolist(), name
 
 
 def _chain_samples(chains: list[list[int]]) -> tuple[np.ndarray, dict]:
