@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,21 +79,27 @@ class BulkData:
             )
         return got
 
-    def windows(self, window: int | list[int] = 32 << 20) -> Iterator[Any]:
+    def windows(
+        self, window: int | list[int] = 32 << 20, given: Callable[[int], Any] | None = None
+    ) -> Iterator[Any]:
         """Yield, per stretch of about window bytes, the word index of each record (int64).
 
-        window may be a list: the size of each stretch in turn, the last one repeated."""
+        window may be a list: the size of each stretch in turn, the last one repeated.
+        given(j): stretch j's record starts when someone located them already (another
+        reader of the same stretches: report.split), else None."""
         sizes = window if isinstance(window, list) else [window]
         n = self.nwords
         pos = 0
         j = 0
         while pos < n:
             step = max(sizes[min(j, len(sizes) - 1)] // 8, 1)
+            offs = given(j) if given is not None else None
             j += 1
             hi = min(n, pos + step)
-            offs = self._chain(pos, hi)
-            if offs is None:
-                offs = self._walk(pos, hi)
+            if offs is None or not len(offs) or int(offs[0]) != pos:
+                offs = self._chain(pos, hi)
+                if offs is None:
+                    offs = self._walk(pos, hi)
             if bool((self.u32[2 * offs] == AUXTRACE).any()):
                 # its trace follows it outside header.size: the walk would read it as records
                 raise NotBulk("AUXTRACE records")

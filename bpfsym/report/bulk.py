@@ -28,6 +28,7 @@ from bpfsym.report.split import (
     FIRST_SHARE_CHAINS,
     SINGLE,
     Share,
+    StartsHandoff,
     run_split,
     shares,
 )
@@ -59,6 +60,7 @@ class BulkPass:
         self.filter = SampleFilter.of(query.filters, pd.header, pd.attrs)
         self.delivery.filter = self.filter
         self.seq = 0  # records read
+        self.located: StartsHandoff | None = None  # the other reading process's (split)
 
     def run(self) -> None:
         first = FIRST_SHARE_CHAINS if self.query.callchains else FIRST_SHARE
@@ -78,7 +80,9 @@ class BulkPass:
         first share stops once its last samples have gone out."""
         progress = Progress(self.pd, share.size())
         progress.on = progress.on and not share.second  # one bar: the first share's
-        windows = self.reader.windows(share.windows)
+        located = self.located
+        given = located.take if located is not None and not share.second else None
+        windows = self.reader.windows(share.windows, given)
         index = 0
         while True:
             if share.done(index) and self.rounds.waiting is None:
@@ -89,6 +93,8 @@ class BulkPass:
                 break
             starts, last = got
             mine = share.mine(index)
+            if located is not None and share.second and 0 < index < (share.split_at or 0):
+                located.give(index, starts)  # the first process's windows, for it
             self._window(starts, last, mine)
             if mine:
                 progress.tick(8 * int(starts[-1]))

@@ -10,6 +10,7 @@ its own share of the samples. The result is the same as one process's.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import mmap
 import os
@@ -91,6 +92,7 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
     sums merged into bulk.agg."""
     rfd, wfd = os.pipe()
     hand = KernelHandoff()
+    located = StartsHandoff()
     pid = os.fork()
     if pid == 0:
         os.close(rfd)
@@ -98,6 +100,7 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
         if sideband.host is not None:
             sideband.host = sideband.host.inherit()  # the text read once, for both
         sideband.handoff = hand.second()
+        bulk.located = located.second()
         try:
             try:
                 bulk.read(second)
@@ -111,11 +114,14 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
     os.close(wfd)
     reader = os.fdopen(rfd, "rb")
     bulk.sideband.handoff = hand.first()
+    bulk.located = located.first(bulk.np)
     try:
         try:
             bulk.read(first)
         finally:
             hand.done()  # what was not handed over by now, the child makes itself
+            located.done()
+            bulk.located = None
         same = own_symbols(bulk)  # while the child may still be reading: its merge's half
         try:
             # unpickled frame by frame as the child pickles (pickling and unpickling the
@@ -227,6 +233,90 @@ class KernelHandoff:
             np.frombuffer(m, dtype=dtype, count=n, offset=pos) for pos, n, dtype in arrays
         )
         return KernelSymbols.from_columns(raw, addr, starts, ends, origin, knote), note
+
+
+class StartsHandoff:
+    """The record starts of the first share's windows, located once for both processes.
+
+    The second process walks the first share's windows before its own (for their
+    side-band records), so it locates their records long before the first process
+    reaches its second window: it writes each window's starts into an anonymous file
+    and says where on a pipe. The first process takes what has been said when it gets
+    to a window and never waits: a window not handed over yet it locates itself."""
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("bpfsym-record-starts", os.MFD_CLOEXEC)
+        self.said_r, self.said_w = os.pipe()
+        self.giving = self.taking = False
+        self.end = -1  # this process's end of the pipe
+        self.pos = 0  # where the next window's starts go (second process)
+        self.where: dict[int, tuple[int, int]] = {}  # window -> (offset, count) (first)
+        self.np: Any = None
+
+    def first(self, np: Any) -> StartsHandoff:
+        os.close(self.said_w)
+        os.set_blocking(self.said_r, False)
+        self.taking, self.np, self.end = True, np, self.said_r
+        return self
+
+    def second(self) -> StartsHandoff:
+        os.close(self.said_r)
+        self.giving, self.end = True, self.said_w
+        return self
+
+    def give(self, index: int, starts: Any) -> None:
+        """In the second process: window index's record starts (int64)."""
+        if not self.giving:
+            return
+        try:
+            view = memoryview(starts).cast("B")
+            pos = self.pos
+            while view:
+                n = os.pwrite(self.fd, view, pos)
+                view, pos = view[n:], pos + n
+            # one small write: whole on the pipe or not at all (PIPE_BUF)
+            os.write(self.said_w, pickle.dumps((index, self.pos, len(starts))))
+            self.pos = pos
+        except OSError:
+            self.done()  # the first process locates the rest itself
+
+    def take(self, index: int) -> Any:
+        """In the first process: window index's record starts if the second has said
+        where they are by now, else None."""
+        if self.taking:
+            try:
+                got = os.read(self.said_r, 1 << 16)
+            except BlockingIOError:
+                got = None
+            except OSError:
+                got = b""
+            if got == b"":
+                self.taking = False  # the second process is done giving
+            elif got:
+                said = io.BytesIO(got)
+                while said.tell() < len(got):
+                    i, pos, n = pickle.load(said)
+                    self.where[i] = (pos, n)
+        at = self.where.pop(index, None)
+        if at is None:
+            return None
+        pos, n = at
+        try:
+            raw = os.pread(self.fd, 8 * n, pos)
+        except OSError:
+            return None
+        if len(raw) != 8 * n:
+            return None
+        return self.np.frombuffer(raw, dtype=self.np.int64)
+
+    def done(self) -> None:
+        """Hand nothing more over (either process); closes its ends, once."""
+        for fd in (self.end, self.fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.end = self.fd = -1
+        self.giving = self.taking = False
 
 
 def _aligned(pos: int) -> int:

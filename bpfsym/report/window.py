@@ -11,7 +11,7 @@ agree on sample_type and read_format, so a numpy record type reads them all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,11 +189,14 @@ class WindowReader:
         self.sideband = sideband
         self.heads = SampleHeads(pd, data, np)
 
-    def windows(self, window: int | list[int]) -> Iterator[tuple[Any, bool]]:
+    def windows(
+        self, window: int | list[int], given: Callable[[int], Any] | None = None
+    ) -> Iterator[tuple[Any, bool]]:
         """(word index of each record, whether the window ends the data) per window of
-        about window bytes (a list: each window's size in turn, the last repeated)."""
+        about window bytes (a list: each window's size in turn, the last repeated);
+        given: BulkData.windows'."""
         data = self.data
-        for starts in data.windows(window):
+        for starts in data.windows(window, given):
             end = int(starts[-1])
             yield starts, end + int(data.u16[4 * end + 3]) // 8 >= data.nwords
 
