@@ -32,7 +32,7 @@ WINDOW = 16 << 20  # bytes of records located and decoded at once (see docs/pyth
 
 PARALLEL_MIN_BYTES = 16 << 20  # below this a second reading process costs what it saves
 
-FIRST_SHARE = 0.54  # of the file, read by the first of two processes (the second also reads
+FIRST_SHARE = 0.56  # of the file, read by the first of two processes (the second also reads
 # the side-band records of the first share and loads its own ELF files; the first makes the
 # kernel symbols for both: KernelHandoff, docs/python-speed.md)
 FIRST_SHARE_CHAINS = 0.53  # the same with call chains: per sample work dwarfs those costs
