@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bpfsym.read.arrays import stable_argsort, unique
+from bpfsym.read.arrays import stable_argsort
 from bpfsym.read.bulk import NotBulk
 from bpfsym.read.perfdata import PerfData
 from bpfsym.report.aggregates import Aggregates, add_to
@@ -70,7 +70,8 @@ class Accumulator:
         self.ids = ids
 
     def new_events(self, samples: Samples) -> None:
-        """EventStats for events first seen here, in the order their first samples go out."""
+        """EventStats for events first seen here (the report lists events in attr order:
+        analysis._analysis)."""
         np = self.np
         ev = samples["ev"]
         events = self.agg.events
@@ -79,15 +80,7 @@ class Accumulator:
             known[list(events)] = True
             if bool(known[ev].all()):
                 return
-        firsts = []
-        for e in unique(np, ev)[0].tolist():
-            if e in events:
-                continue
-            sel = np.flatnonzero(ev == e)
-            flush, t, seq = samples["k"][sel], samples["t"][sel], samples["seq"][sel]
-            i = np.lexsort((seq, t, flush))[0]
-            firsts.append(((int(flush[i]), int(t[i]), int(seq[i])), e))
-        for _, e in sorted(firsts):
+        for e in np.flatnonzero(np.bincount(ev, minlength=len(self.attrs))).tolist():
             self.agg.event(self.attrs[e])
 
     def _bpf(self, sym_of: Any) -> Any:
