@@ -91,8 +91,17 @@ class Rounds:
         if samples is None:
             return None
         np = self.np
-        limits = np.array(self.limits[: self.closed], dtype=np.uint64)
-        flush = np.maximum(samples["j"], np.searchsorted(limits, samples["t"], side="left"))
+        # the first flush from j on whose limit covers t (the flush at the end of the
+        # data covers all): nearly always j + 1, so that is tried before a search
+        closed = self.closed
+        limits = np.empty(closed + 2, dtype=np.uint64)
+        limits[:closed] = self.limits[:closed]
+        limits[closed:] = np.iinfo(np.uint64).max
+        j, t = samples["j"], samples["t"]
+        flush = j + (limits[j] < t)
+        late = np.flatnonzero(limits[flush] < t)
+        if len(late):
+            flush[late] = np.searchsorted(limits[: closed + 1], t[late], side="left")
         samples["k"] = flush
         if last:
             go = np.ones(len(flush), dtype=bool)

@@ -52,3 +52,35 @@ def test_places_are_the_records_sorting_before_each_sample(seed, nsamples, nside
     got = places(np, samples, sideband)
     assert got.dtype == np.int64
     assert got.tolist() == _by_definition(samples, sideband)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 80),
+    st.integers(0, 12),
+    st.sampled_from([8, 1000, 1 << 63]),
+)
+def test_a_sample_goes_out_at_the_first_flush_from_its_arrival_whose_limit_covers_it(
+    seed, nsamples, closed, span
+):
+    # Rounds._samples_now against its definition: the first flush m >= j (the sample's
+    # arrival) whose limit is at least the sample's time, the one at the end of the data
+    # (closed) when none is; samples of any time, limits with ties, arrivals up to closed
+    from bpfsym.report.rounds import Rounds
+
+    rng = np.random.default_rng(seed)
+    limits = [0, *sorted(int(x) for x in rng.integers(0, span, closed, dtype=np.uint64))]
+    r = Rounds(np)
+    r.limits, r.closed = limits, closed
+    t = rng.integers(0, span, nsamples, dtype=np.uint64)
+    if nsamples and closed:
+        t[: nsamples // 3] = rng.choice(np.array(limits[:closed], dtype=np.uint64), nsamples // 3)
+    j = np.sort(rng.integers(0, closed + 1, nsamples)).astype(np.int64)
+    samples = {"t": t, "j": j, "seq": np.arange(1, nsamples + 1, dtype=np.int64)}
+    r._samples_now(samples, True)
+    want = [
+        next((m for m in range(int(jj), closed) if limits[m] >= int(tt)), closed)
+        for jj, tt in zip(j.tolist(), t.tolist(), strict=True)
+    ]
+    assert samples["k"].tolist() == want
