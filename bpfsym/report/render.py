@@ -187,25 +187,26 @@ def _stack_tree(an: Analysis, st: EventStats) -> tuple[dict[tuple, dict], list[t
             cells.append(c)
         return i
 
-    head_of: dict[tuple, tuple[tuple[str, ...] | None, dict[Sym, int]]] = {}
+    # per head: its root's children, its cells (split) and the cell id of each symbol
+    head_of: dict[tuple, tuple[dict, tuple[str, ...] | None, dict[Sym, int]]] = {}
     for (head, syms), (period, _n) in st.stacks.items():
-        kids = roots.get(head)
-        if kids is None:
-            kids = roots[head] = {}
+        got = head_of.get(head)
+        if got is None:
             head_cells = None
             if split:
                 comm, tid, cpu, _, _ = an.layout.unpack((*head, None, 0))
                 head_cells = tuple(_cell(k, comm, tid, cpu, None, 0) for k in keys[:nhead])  # type: ignore[arg-type]
-            head_of[head] = (head_cells, {})
+            got = head_of[head] = (roots.setdefault(head, {}), head_cells, {})
+        kids, head_cells, ids = got
         for s in reversed(syms):
             node = kids.get(s)
             if node is None:
-                head_cells, ids = head_of[head]
                 c = ids.get(s)
                 if c is None:
                     c = ids[s] = cell_of(head, head_cells, s)
-                node = kids[s] = [c, s.name, 0, {}]
-            node[2] += period
+                node = kids[s] = [c, s.name, period, {}]
+            else:
+                node[2] += period
             kids = node[3]
     got = an.stack_cells["tree", id(st)] = (roots, cells)
     return got
