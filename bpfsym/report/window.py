@@ -112,10 +112,16 @@ class SampleHeads:
         )
         return dtype, words
 
-    def times(self, starts: Any) -> Any:
-        """The times of the samples at word indexes starts (of another reading process's
-        share: only their times are needed, for the round limits)."""
-        return self.data.u64[starts + 1 + self.offsets["time"] // 8]
+    def times(self, starts: Any, other: Any) -> Any:
+        """The time of each record at word indexes starts that is a sample, 0 for those
+        at indexes other (of another reading process's share: only the times are needed,
+        for the round limits). One gather for all: a record too short to hold the word
+        reads one inside the data, set to 0 with the others."""
+        at = starts + (1 + self.offsets["time"] // 8)
+        self.np.minimum(at, self.data.nwords - 1, out=at)
+        times = self.data.u64[at].astype(self.np.uint64, copy=False)  # native order
+        times[other] = 0
+        return times
 
     def decode(self, starts: Any, seqs: Any) -> Samples | None:
         """The fields of the samples at word indexes starts, as arrays (None: no samples)."""
@@ -172,7 +178,7 @@ class Window:
 
     count: int  # records in the window
     samples: Samples | None  # decoded (None: none, or another process's share)
-    sample_at: Any  # each sample's index in the window
+    sample_at: Any  # each sample's index in the window (None: not decoded)
     times: Any  # every record's time (0 when it has none)
     sideband: list[tuple]  # (time, seq, type, args, misc, index in the window), file order
     rounds_at: list[int]  # indexes of the FINISHED_ROUND records
@@ -210,15 +216,15 @@ class WindowReader:
         seqs = np.arange(seq0 + 1, seq0 + 1 + n, dtype=np.int64)
         is_sample = types == K.RECORD_SAMPLE
         other = np.flatnonzero(~is_sample)
-        times = np.zeros(n, dtype=np.uint64)
-        sample_at = np.flatnonzero(is_sample)
-        decoded = None
+        decoded = sample_at = None
         if samples:
+            times = np.zeros(n, dtype=np.uint64)
+            sample_at = np.flatnonzero(is_sample)
             decoded = self.heads.decode(starts[sample_at], seqs[sample_at])
             if decoded is not None:
                 times[sample_at] = decoded["t"]
         else:
-            times[sample_at] = self.heads.times(starts[sample_at])
+            times = self.heads.times(starts, other)
         # everything else, in file order
         sideband: list[tuple] = []
         rounds_at: list[int] = []

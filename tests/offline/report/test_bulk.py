@@ -162,6 +162,38 @@ def _alike_three_ways(path: str, check: Callable[[Any, bool], None]) -> None:
     assert out[0] == out[1] == out[2]
 
 
+def test_times_of_another_process_share_are_the_samples_and_zero_for_the_rest(
+    tmp_path: object,
+) -> None:
+    # the second reading process reads only the times of the first one's records: one
+    # gather for all, the last record (a one-word FINISHED_ROUND) reading inside the data
+    from kit.perfdata_builder import build_file
+
+    from bpfsym.formats import perf as K
+    from bpfsym.report.window import SampleHeads
+
+    st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ |= K.SAMPLE_PERIOD | K.SAMPLE_CALLCHAIN
+    for little in (True, False):
+        path = os.path.join(str(tmp_path), f"t{little}.data")
+        with open(path, "wb") as f:
+            f.write(build_file(little, st_, n=50, round_every=7, lost_at=(20,)))
+        with PerfData(path) as pd:
+            data = pd.bulk(np)
+            assert data is not None
+            starts = np.concatenate(list(data.windows()))
+            assert int(starts[-1]) == data.nwords - 1  # the closing FINISHED_ROUND
+            types = [rtype for rtype, *_ in pd.records()]
+            other = np.array([i for i, t in enumerate(types) if t != K.RECORD_SAMPLE])
+            heads = SampleHeads(pd, data, np)
+            sample_at = np.flatnonzero(np.array(types) == K.RECORD_SAMPLE)
+            want = np.zeros(len(starts), dtype=np.uint64)
+            want[sample_at] = heads.decode(starts[sample_at], sample_at + 1)["t"]
+            got = heads.times(starts, other)
+        assert got.dtype == np.uint64 and got.tolist() == want.tolist()
+        assert len(set(want[sample_at].tolist())) == 50
+
+
 def test_bulk_walk_finds_every_record() -> None:
     for name in ("bpf", "multi"):
         pd = PerfData(os.path.join(FIX, f"{name}.data"))
