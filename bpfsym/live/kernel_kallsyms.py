@@ -14,6 +14,32 @@ def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
     """A kallsyms file up to its first BPF symbol. The [bpf] part comes last and reads in
     time quadratic in its size (1.46 s with 12k BPF symbols); BPF symbols come from
     bpf_prog_info and side-band records instead."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size  # 0 for /proc/kallsyms
+        if not size:
+            return _cut_stream(fd)
+        # a file's text (--kallsyms): read whole (one read, to the end), not in chunks
+        # copied into a growing buffer (5 ms against 0.5 for 5 MB)
+        parts = []
+        while part := os.read(fd, max(size, 1 << 20)):
+            parts.append(part)
+        return _cut(b"".join(parts))
+    finally:
+        os.close(fd)
+
+
+def _cut(text: bytes) -> bytes:
+    """text up to its first BPF line."""
+    bracket = text.find(b"[")
+    if bracket < 0:
+        return text
+    cut = text.find(b"\t[bpf]", max(bracket - 1, 0))
+    return text if cut < 0 else text[: text.rfind(b"\n", 0, cut) + 1]
+
+
+def _cut_stream(fd: int) -> bytes:
+    """The text read from fd in chunks up to its first BPF line (not read further)."""
     out = bytearray()
     chunk = bytearray(1 << 20)  # reused: /proc/kallsyms gives about 4 KB per call
     view = memoryview(chunk)
@@ -21,22 +47,18 @@ def kernel_kallsyms(path: str = "/proc/kallsyms") -> bytes:
     # kernel symbol: symbol names have none), found by memchr: the 6-byte search over
     # the whole text took 7 ms of 10 for a 5 MB kallsyms
     bracket = -1
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        while n := os.readv(fd, [view]):
-            start = max(len(out) - 6, 0)
-            out += view[:n]
+    while n := os.readv(fd, [view]):
+        start = max(len(out) - 6, 0)
+        out += view[:n]
+        if bracket < 0:
+            bracket = out.find(b"[", start)
             if bracket < 0:
-                bracket = out.find(b"[", start)
-                if bracket < 0:
-                    continue
-                start = max(bracket - 1, 0)
-            cut = out.find(b"\t[bpf]", start)
-            if cut >= 0:
-                del out[out.rfind(b"\n", 0, cut) + 1 :]
-                break
-    finally:
-        os.close(fd)
+                continue
+            start = max(bracket - 1, 0)
+        cut = out.find(b"\t[bpf]", start)
+        if cut >= 0:
+            del out[out.rfind(b"\n", 0, cut) + 1 :]
+            break
     return bytes(out)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -28,13 +29,39 @@ def _kallsyms(n_kernel: int, n_bpf: int) -> tuple[bytes, bytes]:
     return kern + mods + bpf, kern + mods
 
 
+def _read_both_ways(p) -> bytes:
+    """kernel_kallsyms of file p, read whole (a file with a size) and as a stream in
+    chunks (as /proc/kallsyms, whose size is 0: here a FIFO); both must agree."""
+    whole = kernel_kallsyms(str(p))
+    fifo = str(p) + ".fifo"
+    os.mkfifo(fifo)
+    data = p.read_bytes()
+
+    def write() -> None:
+        try:
+            with open(fifo, "wb") as f:
+                f.write(data)
+        except BrokenPipeError:  # the reader stops at the first BPF line
+            pass
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        streamed = kernel_kallsyms(fifo)
+    finally:
+        writer.join()
+        os.unlink(fifo)
+    assert streamed == whole
+    return whole
+
+
 def test_cut_at_the_first_bpf_line_across_chunks(tmp_path):
     # > 1 MiB of kernel lines: the cut falls in a later read chunk
     whole, want = _kallsyms(40000, 300)
     assert len(want) > 1 << 20
     p = tmp_path / "kallsyms"
     p.write_bytes(whole)
-    got = kernel_kallsyms(str(p))
+    got = _read_both_ways(p)
     assert got == want
     syms = parse_kallsyms(got.decode())
     assert len(syms) == 40001 and syms[-1].module == "some_mod"
@@ -44,7 +71,7 @@ def test_no_bpf_part_and_no_final_newline(tmp_path):
     whole, want = _kallsyms(10, 0)
     p = tmp_path / "kallsyms"
     p.write_bytes(whole[:-1])
-    assert kernel_kallsyms(str(p)) == want[:-1]
+    assert _read_both_ways(p) == want[:-1]
 
 
 def test_host_reader_process_gives_the_kernel_part(tmp_path):
@@ -105,7 +132,7 @@ def test_cut_where_the_first_bracket_or_bpf_line_straddles_a_read(tmp_path, shif
     p = tmp_path / "kallsyms"
     p.write_bytes(kern + mod + bpf + bpf)
     assert (kern + mod + bpf).find(b"\t[bpf]") == (1 << 20) + shift
-    assert kernel_kallsyms(str(p)) == kern + mod
+    assert _read_both_ways(p) == kern + mod
 
 
 HEX = b"0123456789abcdefABCDEF"
