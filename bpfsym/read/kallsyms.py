@@ -124,8 +124,12 @@ class KernelSymbols:
         if any(raw[e - 6 : e] == b"\t[bpf]" for e in bpf.tolist()):
             return False
         keep = np.flatnonzero(wanted[buf[starts + width + 1]] & (addr != 0))
-        order = keep[stable_argsort(np, addr[keep])]
-        a = addr[order]
+        a = addr[keep]
+        if bool((a[1:] < a[:-1]).any()):  # the kernel's own lines come sorted; modules may not
+            order = keep[stable_argsort(np, a)]
+            a = addr[order]
+        else:
+            order = keep
         last = np.ones(len(a), dtype=bool)  # of one address, the last line (see _build)
         last[:-1] = a[1:] != a[:-1]
         order = order[last]
