@@ -119,21 +119,20 @@ def _chain_delivery(n: int, distinct: int, nsideband: int, vary: bool, seed: int
     return words_a, samples, sideband, before, mode, chains, which
 
 
+@st.composite
+def deliveries(draw: st.DrawFn) -> tuple:
+    """_chain_delivery of drawn samples, distinct chains, side-band records, vary, seed."""
+    return _chain_delivery(
+        draw(st.integers(1, 400)), draw(st.integers(1, 12)), draw(st.integers(0, 6)),
+        draw(st.booleans()), draw(st.integers(0, 2**32 - 1)),
+    )  # fmt: skip
+
+
 @settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 400),
-    st.integers(1, 12),
-    st.integers(0, 6),
-    st.booleans(),
-    st.integers(0, 2**32 - 1),
-)
-def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
-    n, distinct, nsideband, vary, seed
-):
-    words_a, samples, sideband, before, mode, chains, which = _chain_delivery(
-        n, distinct, nsideband, vary, seed
-    )
-    ip, pid = samples["ip"], samples["pid"]
+@given(deliveries())
+def test_chain_groups_are_the_samples_alike_in_every_column_in_order(delivery: tuple):
+    words_a, samples, sideband, before, mode, chains, which = delivery
+    ip, pid, n = samples["ip"], samples["pid"], len(mode)
     g = chain_groups(np, words_a, samples, sideband, before, mode)
     ids = chain_ids(np, words_a, samples)[0]
     mstate = map_states(np, sideband, pid, before)
@@ -156,21 +155,11 @@ def test_chain_groups_are_the_samples_alike_in_every_column_in_order(
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 400),
-    st.integers(1, 12),
-    st.integers(0, 6),
-    st.booleans(),
-    st.integers(0, 2**32 - 1),
-)
-def test_address_groups_of_chain_groups_are_those_of_every_sample(
-    n, distinct, nsideband, vary, seed
-):
+@given(deliveries())
+def test_address_groups_of_chain_groups_are_those_of_every_sample(delivery: tuple):
     # with call chains, address groups are made of one sample per chain group (whose
     # samples agree on mode, address and both states): the same groups, the same users
-    words, samples, sideband, before, mode, _, _ = _chain_delivery(
-        n, distinct, nsideband, vary, seed
-    )
+    words, samples, sideband, before, mode, _, _ = delivery
     chains = chain_groups(np, words, samples, sideband, before, mode)
     want, want_users = address_groups(np, samples, sideband, before, mode)
     got, got_users = address_groups(np, samples, sideband, before, mode, chains)
