@@ -189,11 +189,8 @@ class KernelHandoff:
                 pos = 0
                 for part in cols:
                     pos = _aligned(pos)  # numpy reads the arrays in place (a gap reads 0)
-                    view = memoryview(part).cast("B")
                     parts.append((pos, len(part), getattr(part, "dtype", None)))
-                    while view:
-                        n = os.pwrite(self.fd, view, pos)
-                        view, pos = view[n:], pos + n
+                    pos = _write_at(self.fd, part, pos)
                 word = pickle.dumps((key, note, kernel.origin, kernel.note, parts))
                 os.write(self.said_w, word)  # far under the pipe's 64 KiB: never waits
         except OSError:
@@ -269,14 +266,10 @@ class StartsHandoff:
         if not self.giving:
             return
         try:
-            view = memoryview(starts).cast("B")
-            pos = self.pos
-            while view:
-                n = os.pwrite(self.fd, view, pos)
-                view, pos = view[n:], pos + n
+            end = _write_at(self.fd, starts, self.pos)
             # one small write: whole on the pipe or not at all (PIPE_BUF)
             os.write(self.said_w, pickle.dumps((index, self.pos, len(starts))))
-            self.pos = pos
+            self.pos = end
         except OSError:
             self.done()  # the first process locates the rest itself
 
@@ -317,6 +310,15 @@ class StartsHandoff:
                     os.close(fd)
         self.end = self.fd = -1
         self.giving = self.taking = False
+
+
+def _write_at(fd: int, data: Any, pos: int) -> int:
+    """Write all of data's bytes (any buffer) into file fd at pos; where they end."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
+    return pos
 
 
 def _aligned(pos: int) -> int:
