@@ -112,10 +112,7 @@ def _children(an: Analysis, st: EventStats) -> dict[tuple[str, ...], int]:
     On the stack tree: an entry's period is that of the nodes where it first appears on
     the way from a root (each stack passes through one such node)."""
     cells, firsts = _first_nodes(an, st)
-    return {
-        c: nodes[0][2] if len(nodes) == 1 else sum([node[2] for node in nodes])
-        for c, nodes in zip(cells, firsts, strict=True)
-    }
+    return {c: sum(node[2] for node in nodes) for c, nodes in zip(cells, firsts, strict=True)}
 
 
 def _first_nodes(an: Analysis, st: EventStats) -> tuple[list[tuple[str, ...]], list[list]]:
@@ -338,17 +335,6 @@ def render_stdio(an: Analysis, side: str | None, limit: float, slices: str | Non
         # one format for the cells of every line
         fmt = "".join(f"{{:<{w}}}  " for w in widths[:-1]) + "{:<" + str(widths[-1]) + "}"
         append, extend, get = out.append, out.extend, graphs.get
-        if children is not None and runtime is None:
-            # children and self, then the cells: one format call a line
-            both = "{:9.2f}% {:9.2f}%  " + fmt
-            for c, p_children, p_self in lines:
-                append(both.format(100.0 * p_children / total, 100.0 * p_self / total, *c).rstrip())
-                g = get(c)
-                if g:
-                    extend(g)
-                    append("")
-            out.append("")
-            continue
         for c, p_children, p_self in lines:
             cells = fmt.format(*c)
             if runtime is not None:
