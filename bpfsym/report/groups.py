@@ -146,9 +146,11 @@ def address_groups(
     if sel is not None:
         cstate = np.zeros(chains.count, dtype=np.int64)
         cstate[sel] = state
-        samples_ = np.flatnonzero(mode == F.MISC_USER)
+        user_samples = np.flatnonzero(mode == F.MISC_USER)
         first, at = _firsts(np, state, nstates, chains, sel)
-        users = UserStates(samples_, Groups(cstate[chains.of[samples_]], nstates, first, at))
+        users = UserStates(
+            user_samples, Groups(cstate[chains.of[user_samples]], nstates, first, at)
+        )
     return groups, users
 
 
