@@ -281,7 +281,8 @@ def test_numpy_accelerator_matches_the_pure_python_reader(
 
 def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
     """--sort func,srcline names each BPF line with its text from BTF: the text must be
-    that line of bpf/demo.bpf.c, from the side file and from perf.data alike."""
+    that line of bpf/demo.bpf.c (none for line 0), from the side file and from perf.data
+    alike."""
     import json
 
     from kit.livekit import BPF, bpfsym_run, record_demo
@@ -301,9 +302,13 @@ def test_srcline_text_is_the_demo_source_line(tmp_path: object) -> None:
             if row["srcline"].startswith("demo.bpf.c:")
         ]
         assert rows, extra
+        assert any(int(row["srcline"].split(":")[1]) > 0 for row in rows), extra
         for row in rows:
             line = int(row["srcline"].split(":")[1])
-            assert row["source"] == " ".join(source[line - 1].split()), row
+            # line 0: code the compiler made (its line_info names no line, BTF no text);
+            # a sample lands there now and then (2 recordings of 25 here)
+            want = " ".join(source[line - 1].split()) if line > 0 else ""
+            assert row["source"] == want, row
 
 
 def test_kallsyms_read_beside_equals_reading_it_here(pins: str, tmp_path: object) -> None:
