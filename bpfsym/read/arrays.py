@@ -72,6 +72,25 @@ def sort_packed(np: Any, high: Any, bits: int) -> tuple[Any, Any]:
     return key >> bits, key & ((1 << bits) - 1)
 
 
+def runs(np: Any, a: Any, width: int) -> Any:
+    """The runs of `width` consecutive elements of the 1-d contiguous array a, one item
+    each (item i: a[i:i + width], as raw bytes), so that runs(...)[at] gathers whole
+    runs: numpy copies each as one item, where a 2-d view of the same rows
+    (sliding_window_view) is gathered element by element, 2-3 times slower for rows of
+    a few words. The caller views the gather as its own dtype."""
+    return np.ndarray(
+        shape=(max(len(a) - width + 1, 0),),
+        dtype=np.dtype((np.void, a.itemsize * width)),
+        buffer=a,
+        strides=(a.itemsize,),
+    )
+
+
+def gather_rows(np: Any, a: Any, width: int, at: Any) -> Any:
+    """a[i:i + width] for each i in at, as a (len(at), width) array of a's dtype."""
+    return runs(np, a, width)[at].view(a.dtype).reshape(len(at), width)
+
+
 def hex_column(np: Any, buf: Any, starts: Any, width: int) -> Any:
     """The hexadecimal numbers of `width` digits (at most 16) at each of starts in buf
     (uint8), as uint64 (a kallsyms text's address column); None where any is not hex."""

@@ -8,6 +8,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from bpfsym.read.arrays import runs
+
 if TYPE_CHECKING:
     from bpfsym.read.perfdata import PerfData
 
@@ -70,13 +72,12 @@ class BulkData:
         self._heads: dict[int, Any] = {}
 
     def heads(self, words: int) -> Any:
-        """A read-only (records, words) view: row i is the words from word i on, so that
-        rows[starts] gathers each record's first words in one go."""
+        """A read-only view whose item i is the `words` words from word i on (raw bytes:
+        arrays.runs), so that heads(words)[starts] gathers each record's first words in
+        one go, to be viewed as the records' dtype."""
         got = self._heads.get(words)
         if got is None:
-            got = self._heads[words] = self.np.lib.stride_tricks.sliding_window_view(
-                self.u64, words
-            )
+            got = self._heads[words] = runs(self.np, self.u64, words)
         return got
 
     def windows(

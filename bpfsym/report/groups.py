@@ -18,7 +18,7 @@ from typing import Any
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.read.arrays import number_sorted, sort_packed, stable_argsort, unique
+from bpfsym.read.arrays import gather_rows, number_sorted, sort_packed, stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report.rounds import Outgoing
 from bpfsym.report.window import Samples
@@ -285,13 +285,12 @@ def chain_ids(np: Any, words: Any, samples: Samples) -> tuple[Any, int, Any, Any
     for idx, m in rows:
         h[idx] = m @ mult[: m.shape[1]]
     h ^= nr.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    view = np.lib.stride_tricks.sliding_window_view
     for full in (False, True):
         ids, nid, perm, rep = _number(np, h, full)
         # a hash is no proof: every chain must equal its group's first, word for word
         r = rep[ids]
         if not (nr[r] != nr).any() and not any(
-            bool((view(words, m.shape[1])[first[r[idx]]] != m).any()) for idx, m in rows
+            bool((gather_rows(np, words, m.shape[1], first[r[idx]]) != m).any()) for idx, m in rows
         ):
             return ids, nid, perm, rep
     raise NotBulk("call chain hash collision")
@@ -300,7 +299,7 @@ def chain_ids(np: Any, words: Any, samples: Samples) -> tuple[Any, int, Any, Any
 def chain_rows(np: Any, words: Any, nr: Any, first: Any) -> list[tuple[Any, Any]]:
     """The call chains of the samples, by length: (the samples whose chains have one
     length, a (samples, length) matrix of their words) for each length above 0; one
-    gather of whole rows per length instead of one index per word."""
+    gather of whole rows per length (arrays.gather_rows) instead of one index per word."""
     n = len(nr)
     if not n:
         return []
@@ -312,7 +311,7 @@ def chain_rows(np: Any, words: Any, nr: Any, first: Any) -> list[tuple[Any, Any]
         length = int(s[lo])
         if length:
             idx = order[lo:hi]
-            rows.append((idx, np.lib.stride_tricks.sliding_window_view(words, length)[first[idx]]))
+            rows.append((idx, gather_rows(np, words, length, first[idx])))
     return rows
 
 

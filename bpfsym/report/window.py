@@ -133,7 +133,7 @@ class SampleHeads:
             raise NotBulk("sample shorter than its sample_type")
         # each sample's head words in one gather (rows of consecutive words), then
         # read as records: one pass over the samples' memory instead of one per field
-        head = data.heads(self.words)[starts].view(self.dtype)[:, 0]
+        head = data.heads(self.words)[starts].view(self.dtype)
         out: Samples = {
             "off": starts,
             "seq": seqs,

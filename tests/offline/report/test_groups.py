@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bpfsym.formats import perf as K
 from bpfsym.formats import perfdata as F
-from bpfsym.read.arrays import stable_argsort, unique
+from bpfsym.read.arrays import gather_rows, stable_argsort, unique
 from bpfsym.read.bulk import NotBulk
 from bpfsym.report import groups
 from bpfsym.report.groups import (
@@ -49,6 +49,30 @@ def test_stable_argsort_is_numpys_stable_sort(dtype, n, span, base, seed):
     values, inverse = unique(np, a)
     want_values, want_inverse = np.unique(a, return_inverse=True)
     assert (values == want_values).all() and (inverse == want_inverse.ravel()).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["<u8", ">u8", "<u4", ">u2"]),
+    st.integers(1, 200),
+    st.integers(1, 40),
+    st.integers(0, 2**32 - 1),
+)
+def test_gathered_rows_are_the_slices_at_each_index(dtype, n, width, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 1 << 16, n, dtype=np.uint64).astype(dtype)
+    if width > n:
+        assert gather_rows(np, a, width, np.zeros(0, dtype=np.int64)).shape == (0, width)
+        with pytest.raises(IndexError):
+            gather_rows(np, a, width, np.zeros(1, dtype=np.int64))
+        return
+    at = rng.integers(0, n - width + 1, 30)
+    at[0] = n - width  # the last row
+    got = gather_rows(np, a, width, at)
+    assert got.dtype == a.dtype and got.shape == (len(at), width)
+    assert got.tolist() == [a[i : i + width].tolist() for i in at.tolist()]
+    with pytest.raises(IndexError):  # a row past the end is no row
+        gather_rows(np, a, width, np.array([n - width + 1]))
 
 
 @settings(max_examples=200, deadline=None)
