@@ -34,6 +34,10 @@ BULK_REFUSED = (
     F.RECORD_HEADER_FEATURE,
 )
 
+# up to this many sample ids, a sample's event is found by one comparison per id (an id
+# per CPU and event: a small recording's few), past it by a search
+ID_MASKS = 8
+
 # A window's samples, one array per field, all of one length (row i: one sample):
 #   off     word index of the sample in the data section
 #   seq     its place among all records (1-based, file order)
@@ -80,6 +84,7 @@ class SampleHeads:
         ids = sorted((i, a.index) for a in attrs for i in a.ids)
         self.id_keys = np.array([i for i, _ in ids], dtype=np.uint64)
         self.id_events = np.array([a for _, a in ids], dtype=np.int64)
+        self.id_masks = [(np.uint64(i), a) for i, a in ids if a]  # those of the first: 0 already
         self.dtype, self.words = self._layout(pd)
         self.has_id = "id" in self.dtype.names
         self.has_chain = "nr" in self.dtype.names
@@ -128,12 +133,14 @@ class SampleHeads:
         np, data = self.np, self.data
         if not len(starts):
             return None
-        size = data.u16[4 * starts + 3].astype(np.int64)
-        if bool((size < 8 * self.words).any()):
+        if int(starts.max()) + self.words > data.nwords:
             raise NotBulk("sample shorter than its sample_type")
         # each sample's head words in one gather (rows of consecutive words), then
         # read as records: one pass over the samples' memory instead of one per field
         head = data.heads(self.words)[starts].view(self.dtype)
+        size = head["size"]
+        if bool((size < 8 * self.words).any()):
+            raise NotBulk("sample shorter than its sample_type")
         out: Samples = {
             "off": starts,
             "seq": seqs,
@@ -151,9 +158,14 @@ class SampleHeads:
             ev = np.zeros(len(starts), dtype=np.int64)
         else:
             ids = head["id"]
-            at = np.searchsorted(self.id_keys, ids)
-            at = np.minimum(at, len(self.id_keys) - 1)
-            ev = np.where(self.id_keys[at] == ids, self.id_events[at], 0)  # unknown: the first
+            if len(self.id_keys) <= ID_MASKS:  # a few ids (one per CPU and event): a mask each
+                ev = np.zeros(len(starts), dtype=np.int64)  # unknown: the first
+                for key, event in self.id_masks:
+                    ev[ids == key] = event
+            else:
+                at = np.searchsorted(self.id_keys, ids)
+                at = np.minimum(at, len(self.id_keys) - 1)
+                ev = np.where(self.id_keys[at] == ids, self.id_events[at], 0)
             if self.foreign is not None and bool(self.foreign[ev].any()):
                 raise NotBulk("a sample of an event with another sample layout")
         out["ev"] = ev

@@ -194,6 +194,43 @@ def test_times_of_another_process_share_are_the_samples_and_zero_for_the_rest(
         assert len(set(want[sample_at].tolist())) == 50
 
 
+@pytest.mark.parametrize("masks", [8, 0])  # one comparison per id, or a search
+def test_each_sample_is_of_the_event_its_id_names(tmp_path: object, monkeypatch, masks) -> None:
+    # two events of one layout (ids 7 and 8) and a sample of an id no event has (the
+    # first event's, as the record-by-record reader takes it): the event of each is the
+    # one the file's id table (PerfData.id_to_attr) names
+    from kit.perfdata_builder import build_file
+
+    from bpfsym.formats import perf as K
+    from bpfsym.report import window
+
+    monkeypatch.setattr(window, "ID_MASKS", masks)
+    st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    st_ |= K.SAMPLE_PERIOD | K.SAMPLE_CALLCHAIN
+    for little in (True, False):
+        blob = bytearray(build_file(little, st_, n=30, dummy=st_, dummy_at=(3, 9, 14, 29)))
+        path = os.path.join(str(tmp_path), f"ids{little}.data")
+        with open(path, "wb") as f:
+            f.write(blob)
+        with PerfData(path) as pd:
+            samples = [off for rtype, *_, off in pd.records() if rtype == K.RECORD_SAMPLE]
+        # SAMPLE_IDENTIFIER: the id is the first word after the header
+        struct.pack_into("<Q" if little else ">Q", blob, samples[5] + 8, 99)
+        with open(path, "wb") as f:
+            f.write(blob)
+        with PerfData(path) as pd:
+            data = pd.bulk(np)
+            assert data is not None
+            ids = [
+                struct.unpack_from("<Q" if little else ">Q", blob, off + 8)[0] for off in samples
+            ]
+            want = [pd.id_to_attr[i].index if i in pd.id_to_attr else 0 for i in ids]
+            starts = np.array([(off - pd.data_offset) // 8 for off in samples], dtype=np.int64)
+            got = window.SampleHeads(pd, data, np).decode(starts, starts + 1)
+        assert got is not None and got["ev"].tolist() == want
+        assert want.count(1) == 4 and ids.count(99) == 1 and want[5] == 0
+
+
 def test_bulk_walk_finds_every_record() -> None:
     for name in ("bpf", "multi"):
         pd = PerfData(os.path.join(FIX, f"{name}.data"))
