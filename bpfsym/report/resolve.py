@@ -27,6 +27,7 @@ from bpfsym.report.groups import (
     UserStates,
     address_groups,
     chain_groups,
+    chain_ids,
     comm_groups,
     dense,
     kernel_map,
@@ -500,12 +501,16 @@ class _Chains(_Probe):
         walked = alone | odd
         walked[occ_g[fmin[walk]]] = True
         self.at = np.where(walked, self.groups.at, BIG)
-        self.node_slots = slot[:nn].tolist()
-        cnt = np.bincount(ng, minlength=n)
-        self.nstart = np.concatenate(([0], np.cumsum(cnt))).tolist()
+        self.node_slots_a = slot[:nn]
+        self.node_slots = self.node_slots_a.tolist()
+        self.nnodes = np.bincount(ng, minlength=n)
+        self.nstart_a = np.concatenate(([0], np.cumsum(self.nnodes)))
+        self.nstart = self.nstart_a.tolist()
         own_slot = np.full(n, -1, dtype=np.int64)
         own_slot[ogs] = slot[nn:]
+        self.own_slot_a = own_slot
         self.own_slot = own_slot.tolist()
+        self.alone_a, self.odd_a = alone, odd
         self.alone_l = alone.tolist()
         self.odd = odd.tolist()
         self.late: dict[int, Sym] = {}  # odd groups' own entry, when nodes are unresolved
@@ -589,6 +594,52 @@ class _Chains(_Probe):
             slot_sym[k] = s
             unres[k] = s.origin is UNRESOLVED
 
+    def _plain(self) -> tuple[Any, Any, Any]:
+        """The groups whose chain is their node slots' symbols (after their own entry's,
+        when it has a slot), none unresolved: (a mask of them; a number per group, alike
+        for plain groups whose chains are the same symbols, -1 for the others; the groups
+        chain_of visits, in walk order: all but the plain ones after the first of their
+        number). The symbols alike are found as chain_ids finds call chains alike: over
+        the numbers of the slots' symbols."""
+        np = self.np
+        n = self.groups.count
+        objects = np.fromiter(map(id, self.slot_sym), dtype=np.int64, count=len(self.slot_sym))
+        sym_no = unique(np, objects)[1].astype(np.uint64)  # one number per Sym
+        unres = np.array(self.slot_unres, dtype=bool)
+        own, nnodes, nstart = self.own_slot_a, self.nnodes, self.nstart_a[:-1]
+        some = nnodes > 0
+        # unresolved nodes per group; the first node's
+        bad = np.bincount(np.repeat(np.arange(n), nnodes), unres[self.node_slots_a], n) > 0
+        first_unres = np.zeros(n, dtype=bool)
+        first_unres[some] = unres[self.node_slots_a[nstart[some]]]
+        has_own = own >= 0
+        plain = some & ~self.alone_a & ~self.odd_a
+        plain &= np.where(has_own, ~unres[np.maximum(own, 0)] & ~bad, ~first_unres)
+        seq = np.full(n, -1, dtype=np.int64)
+        pg = np.flatnonzero(plain)
+        if not len(pg):
+            return plain, seq, self.order
+        # each plain group's symbols, its own entry's first, in one flat array
+        own_p = has_own[pg].astype(np.int64)
+        length = nnodes[pg] + own_p
+        start = np.cumsum(length) - length
+        flat = np.empty(int(length.sum()), dtype=np.uint64)
+        flat[start[own_p > 0]] = sym_no[own[pg[own_p > 0]]]
+        k = nnodes[pg]
+        within = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+        flat[np.repeat(start + own_p, k) + within] = sym_no[
+            self.node_slots_a[np.repeat(nstart[pg], k) + within]
+        ]
+        seq[pg] = chain_ids(np, flat, {"nr": length, "chain": start - 1})[0]
+        # visit every group but a plain one whose symbols a plain group before it had
+        rank = np.empty(n, dtype=np.int64)
+        rank[self.order] = np.arange(n)
+        first = np.full(int(seq.max()) + 1, n, dtype=np.int64)
+        np.minimum.at(first, seq[pg], rank[pg])
+        keep = ~plain
+        keep[self.order[first]] = True
+        return plain, seq, self.order[keep[self.order]]
+
     def chain_of(self) -> Any:
         """Each sample's chain id (the chains numbered in the walk's order of groups)."""
         np = self.np
@@ -611,7 +662,10 @@ class _Chains(_Probe):
         n = self.groups.count
         ids = [0] * n
         timed: list[tuple[Any, list[int]]] = []
-        for g in self.order.tolist():
+        plain, seq, visit = self._plain()
+        memo = [-1] * (int(seq.max()) + 1 if len(seq) else 0)
+        seq_l = seq.tolist()
+        for g in visit.tolist():
             c = alone[g]
             if c is None:
                 sl = node_slots[nstart[g] : nstart[g + 1]]
@@ -634,7 +688,10 @@ class _Chains(_Probe):
                     own = slot_own[sl[0]]
                     if own is not nodes[0]:
                         nodes = (own, *nodes)
-                ids[g] = chain_id(nodes)
+                ids[g] = i = chain_id(nodes)
+                q = seq_l[g]
+                if q >= 0:
+                    memo[q] = i
             elif type(c) is tuple:
                 ids[g] = chain_id(c)
             else:
@@ -645,7 +702,9 @@ class _Chains(_Probe):
                     for q in sel.tolist():
                         got[q] = i
                 timed.append((members, got))
-        chain_of = np.array(ids, dtype=np.int64)[self.groups.of]
+        ids_a = np.array(ids, dtype=np.int64)
+        ids_a[plain] = np.array(memo, dtype=np.int64)[seq[plain]]
+        chain_of = ids_a[self.groups.of]
         for members, got in timed:
             chain_of[members] = got
         return chain_of
