@@ -49,7 +49,8 @@ class Analysis:
     callchains: bool
     total_samples: int
     cells: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # (head, sym) -> cells
-    stack_cells: dict[tuple[str, int], Any] = field(default_factory=dict)  # by id(EventStats)
+    # render's stack tree and first nodes of each event: by ("tree" or "first", id(EventStats))
+    stack_cells: dict[tuple[str, int], Any] = field(default_factory=dict)
     runtime: dict[str, ProgRuntime] = field(default_factory=dict)  # by program (kallsyms) name
     stats_every: float | None = None  # seconds between record --stats samples
     accelerated: bool = False  # numpy did the per-sample work

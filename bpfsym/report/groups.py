@@ -277,8 +277,12 @@ def chain_ids(np: Any, words: Any, samples: Samples) -> tuple[Any, int, Any, Any
     """A dense id per sample for its call chain's words (equal ids: equal words), in the
     order of the chains' hashes; the number of ids, a permutation of the samples that
     sorts them by id, and each id's first sample."""
-    nr = samples["nr"]
-    first = samples["chain"] + 1  # word index of each chain's first entry
+    return sequence_ids(np, words, samples["nr"], samples["chain"] + 1)
+
+
+def sequence_ids(np: Any, words: Any, nr: Any, first: Any) -> tuple[Any, int, Any, Any]:
+    """chain_ids of the sequences words[first[i] : first[i] + nr[i]] (first: word index
+    of each one's first entry): call chains, or any sequences of u64 words alike."""
     rows = chain_rows(np, words, nr, first)
     mult = chain_multipliers(np, int(nr.max()) if len(nr) else 0)
     h = np.zeros(len(nr), dtype=np.uint64)

@@ -27,12 +27,12 @@ from bpfsym.report.groups import (
     UserStates,
     address_groups,
     chain_groups,
-    chain_ids,
     comm_groups,
     dense,
     kernel_map,
     kernel_states,
     map_states,
+    sequence_ids,
 )
 from bpfsym.report.rounds import Outgoing, places
 from bpfsym.report.sideband import Sideband
@@ -503,8 +503,7 @@ class _Chains(_Probe):
         self.at = np.where(walked, self.groups.at, BIG)
         self.node_slots_a = slot[:nn]
         self.node_slots = self.node_slots_a.tolist()
-        self.nnodes = np.bincount(ng, minlength=n)
-        self.nstart_a = np.concatenate(([0], np.cumsum(self.nnodes)))
+        self.nstart_a = np.concatenate(([0], np.cumsum(np.bincount(ng, minlength=n))))
         self.nstart = self.nstart_a.tolist()
         own_slot = np.full(n, -1, dtype=np.int64)
         own_slot[ogs] = slot[nn:]
@@ -599,14 +598,15 @@ class _Chains(_Probe):
         when it has a slot), none unresolved: (a mask of them; a number per group, alike
         for plain groups whose chains are the same symbols, -1 for the others; the groups
         chain_of visits, in walk order: all but the plain ones after the first of their
-        number). The symbols alike are found as chain_ids finds call chains alike: over
-        the numbers of the slots' symbols."""
+        number). The symbols alike are found as call chains alike are
+        (groups.sequence_ids), over the numbers of the slots' symbols."""
         np = self.np
         n = self.groups.count
         objects = np.fromiter(map(id, self.slot_sym), dtype=np.int64, count=len(self.slot_sym))
         sym_no = unique(np, objects)[1].astype(np.uint64)  # one number per Sym
         unres = np.array(self.slot_unres, dtype=bool)
-        own, nnodes, nstart = self.own_slot_a, self.nnodes, self.nstart_a[:-1]
+        own, nstart = self.own_slot_a, self.nstart_a[:-1]
+        nnodes = np.diff(self.nstart_a)
         some = nnodes > 0
         # unresolved nodes per group; the first node's
         bad = np.bincount(np.repeat(np.arange(n), nnodes), unres[self.node_slots_a], n) > 0
@@ -630,7 +630,7 @@ class _Chains(_Probe):
         flat[np.repeat(start + own_p, k) + within] = sym_no[
             self.node_slots_a[np.repeat(nstart[pg], k) + within]
         ]
-        seq[pg] = chain_ids(np, flat, {"nr": length, "chain": start - 1})[0]
+        seq[pg] = sequence_ids(np, flat, length, start)[0]
         # visit every group but a plain one whose symbols a plain group before it had
         rank = np.empty(n, dtype=np.int64)
         rank[self.order] = np.arange(n)

@@ -62,7 +62,7 @@ def test_plain_groups_are_those_whose_chain_is_their_slots_symbols(n, nslots, se
     order = rng.permutation(n)  # the walk's order of the groups
     chains = types.SimpleNamespace(
         np=np, groups=types.SimpleNamespace(count=n), order=order, slot_sym=slot_sym,
-        slot_unres=slot_unres, own_slot_a=own, nnodes=nnodes,
+        slot_unres=slot_unres, own_slot_a=own,
         nstart_a=np.concatenate(([0], np.cumsum(nnodes))), node_slots_a=node_slots,
         alone_a=alone, odd_a=odd,
     )  # fmt: skip
