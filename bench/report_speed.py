@@ -7,7 +7,9 @@ BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
 `perf report --stdio`), each run interleaved with perf's -r times: min and median of
 wall and CPU time (user + system, both of bpfsym's reading processes) and their ratios;
 with the flat view, the start-up floor run in the same rounds (the interpreter alone,
-`bpfsym --version`: the interpreter and the command line's imports).
+`bpfsym --version`: the interpreter and the command line's imports) and the CPU floor
+(the report in one process, pinned to one CPU, and its imports alone: how much of
+bpfsym's CPU is start-up, how much reading, how much the second process adds).
 bpfsym runs from byte code, as installed; --bpfsym CHECKOUT times another checkout's.
 Both read the kernel part of /proc/kallsyms from one file (--kallsyms): /proc/kallsyms
 itself costs time quadratic in the BPF programs anyone has loaded.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,6 +78,41 @@ def record(path: str, seconds: int, freq: int) -> None:
         os.unlink(pkt.name)
 
 
+# what a report imports before it reads (the command line, the report's modules, numpy
+# with one OpenBLAS thread, as read.bulk.load_numpy has it)
+IMPORTS = (
+    "from bpfsym.read.bulk import load_numpy; load_numpy();"
+    " import bpfsym.cli, bpfsym.commands.report, bpfsym.report.analysis, bpfsym.report.render"
+)
+
+
+def floor_commands(ours: list[str], where: str) -> dict[str, tuple[list[str], str]]:
+    """The flat view's CPU floor, run in the same rounds: the report in one process (its
+    affinity one CPU, so no second reading process) and the imports alone."""
+    return {
+        "one process": (["taskset", "-c", "0", *ours], where),
+        "imports": ([sys.executable, "-c", IMPORTS], where),
+    }
+
+
+def print_floor(got: dict[str, list[tuple[float, float]]]) -> None:
+    """Where the flat view's CPU goes against perf's: the start-up (the interpreter and the
+    imports, paid once, before the fork), the reading in one process, and what the second
+    reading process adds (it also walks the first share's records for their side-band)."""
+
+    def med(name: str, k: int = 1) -> float:
+        return statistics.median(r[k] for r in got[name])
+
+    perf, one, two, imports = med("perf"), med("one process"), med("ours"), med("imports")
+    print(
+        f"flat view CPU floor (medians): perf {perf:.3f} s; bpfsym start-up (interpreter,"
+        f" imports, numpy) {imports:.3f} s = {imports / perf:.2f}x of perf's; reading in one"
+        f" process {one - imports:.3f} s = {(one - imports) / perf:.2f}x (one process in all"
+        f" {one:.3f} s CPU, {med('one process', 0):.3f} s wall); the second process adds"
+        f" {two - one:.3f} s CPU = {(two - one) / perf:.2f}x"
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-i", "--input", help="existing perf.data (default: record one)")
@@ -112,6 +150,7 @@ def main() -> int:
             **other,
             "perf": ([*perf, "--no-children", "-g", "none"], None),
             **startup_commands(where),
+            **floor_commands(ours, where),
         },
         args.repeat,
     )
@@ -120,6 +159,7 @@ def main() -> int:
         print_interleaved("flat view, --against", got["other"], got["perf"])
         print_per_round("flat view", {k: got[k] for k in ("ours", "other", "perf")})
     print_startup(got, got["perf"])
+    print_floor(got)
     if args.no_graph:
         return 0 if flat["wall median"] <= 1.0 else 1
     other = {"other": ([*ours, "-g"], args.against)} if args.against else {}
