@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -26,6 +27,16 @@ def print_ratio(label: str, ours: float, theirs: float) -> float:
     ratio = ours / theirs if theirs > 0 else float("inf")
     print(f"{label}: bpfsym {ours:.2f} s / perf {theirs:.2f} s = {ratio:.2f}x")
     return ratio
+
+
+def input_file(parser: argparse.ArgumentParser, path: str) -> str:
+    """path made absolute (the scripts run bpfsym from a checkout's directory, where a
+    relative path names nothing), or the parser's one-line error (exit 2) when it names
+    no file."""
+    full = os.path.abspath(path)
+    if not os.path.isfile(full):
+        parser.error(f"{path}: no such file")
+    return full
 
 
 def run_once(cmd: Sequence[str], cwd: str | None = None) -> tuple[float, float]:

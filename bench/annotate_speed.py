@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from _common import (  # noqa: E402
+    input_file,
     interleaved,
     kernel_kallsyms,
     print_interleaved,
@@ -96,7 +97,7 @@ def main() -> int:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
     with tempfile.TemporaryDirectory() as d:
-        data = a.data or Path(d) / "perf.data"
+        data = Path(input_file(ap, str(a.data))) if a.data else Path(d) / "perf.data"
         if a.data is None:
             record(data, a.seconds, a.freq, not a.no_callgraph)
         where = str(a.bpfsym or REPO)

@@ -36,6 +36,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402
     count_samples,
+    input_file,
     interleaved,
     kernel_kallsyms,
     print_interleaved,
@@ -126,9 +127,12 @@ def main() -> int:
         "--against", metavar="CHECKOUT", help="also time this checkout's bpfsym in the same rounds"
     )
     args = p.parse_args()
-    path = args.input
-    if path is None:
-        path = args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
+    if args.input is not None:
+        path = input_file(p, args.input)
+    else:
+        path = os.path.abspath(
+            args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
+        )
         record(path, args.seconds, args.freq)
     n = count_samples(path)
     print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")

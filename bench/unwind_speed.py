@@ -33,7 +33,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import count_samples, interleaved, kernel_kallsyms, print_ratio, timed  # noqa: E402
+from _common import (  # noqa: E402
+    count_samples,
+    input_file,
+    interleaved,
+    kernel_kallsyms,
+    print_ratio,
+    timed,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "tests", "fixtures", "dwarf")
@@ -80,9 +87,12 @@ def main() -> int:
     if args.consume:
         consume(args.consume)
         return 0
-    path = args.input
-    if path is None:
-        path = args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-unwind.data")
+    if args.input is not None:
+        path = input_file(p, args.input)
+    else:
+        path = os.path.abspath(
+            args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-unwind.data")
+        )
         record(path, args.freq, args.rounds, args.stack)
     n = count_samples(path)
     print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")
