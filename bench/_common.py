@@ -6,6 +6,7 @@ import argparse
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -37,6 +38,17 @@ def input_file(parser: argparse.ArgumentParser, path: str) -> str:
     if not os.path.isfile(full):
         parser.error(f"{path}: no such file")
     return full
+
+
+def data_file(
+    parser: argparse.ArgumentParser, given: str | None, output: str | None, default: str
+) -> tuple[str, bool]:
+    """The perf.data to time, as an absolute path, and whether it is still to be recorded:
+    the one given (-i, which must exist), else where to record (-o, else `default` in the
+    temp directory)."""
+    if given is not None:
+        return input_file(parser, given), False
+    return os.path.abspath(output or os.path.join(tempfile.gettempdir(), default)), True
 
 
 def run_once(cmd: Sequence[str], cwd: str | None = None) -> tuple[float, float]:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import input_file, timed  # noqa: E402
+from _common import data_file, timed  # noqa: E402
 from report_speed import count_samples, record  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,12 +63,8 @@ def main() -> int:
     p.add_argument("-F", "--freq", type=int, default=20000, help="Hz; 0: perf's default")
     p.add_argument("-r", "--repeat", type=int, default=3, help="runs per command, best kept")
     args = p.parse_args()
-    if args.input is not None:
-        path = input_file(p, args.input)
-    else:
-        path = os.path.abspath(
-            args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
-        )
+    path, fresh = data_file(p, args.input, args.output, "bpfsym-bench-report.data")
+    if fresh:
         record(path, args.seconds, args.freq)
     n = count_samples(path)
     print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")

@@ -36,7 +36,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402
     count_samples,
-    input_file,
+    data_file,
     interleaved,
     kernel_kallsyms,
     print_interleaved,
@@ -98,8 +98,9 @@ def floor_commands(ours: list[str], where: str) -> dict[str, tuple[list[str], st
 
 def print_floor(got: dict[str, list[tuple[float, float]]]) -> None:
     """Where the flat view's CPU goes against perf's: the start-up (the interpreter and the
-    imports, paid once, before the fork), the reading in one process, and what the second
-    reading process adds (it also walks the first share's records for their side-band)."""
+    imports, paid once, before the fork), the rest in one process (the reading, the render),
+    and what the second reading process adds (it also walks the first share's records for
+    their side-band)."""
 
     def med(name: str, k: int = 1) -> float:
         return statistics.median(r[k] for r in got[name])
@@ -107,7 +108,7 @@ def print_floor(got: dict[str, list[tuple[float, float]]]) -> None:
     perf, one, two, imports = med("perf"), med("one process"), med("ours"), med("imports")
     print(
         f"flat view CPU floor (medians): perf {perf:.3f} s; bpfsym start-up (interpreter,"
-        f" imports, numpy) {imports:.3f} s = {imports / perf:.2f}x of perf's; reading in one"
+        f" imports, numpy) {imports:.3f} s = {imports / perf:.2f}x of perf's; the rest in one"
         f" process {one - imports:.3f} s = {(one - imports) / perf:.2f}x (one process in all"
         f" {one:.3f} s CPU, {med('one process', 0):.3f} s wall); the second process adds"
         f" {two - one:.3f} s CPU = {(two - one) / perf:.2f}x"
@@ -127,12 +128,8 @@ def main() -> int:
         "--against", metavar="CHECKOUT", help="also time this checkout's bpfsym in the same rounds"
     )
     args = p.parse_args()
-    if args.input is not None:
-        path = input_file(p, args.input)
-    else:
-        path = os.path.abspath(
-            args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-report.data")
-        )
+    path, fresh = data_file(p, args.input, args.output, "bpfsym-bench-report.data")
+    if fresh:
         record(path, args.seconds, args.freq)
     n = count_samples(path)
     print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")

@@ -35,7 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402
     count_samples,
-    input_file,
+    data_file,
     interleaved,
     kernel_kallsyms,
     print_ratio,
@@ -87,12 +87,8 @@ def main() -> int:
     if args.consume:
         consume(args.consume)
         return 0
-    if args.input is not None:
-        path = input_file(p, args.input)
-    else:
-        path = os.path.abspath(
-            args.output or os.path.join(tempfile.gettempdir(), "bpfsym-bench-unwind.data")
-        )
+    path, fresh = data_file(p, args.input, args.output, "bpfsym-bench-unwind.data")
+    if fresh:
         record(path, args.freq, args.rounds, args.stack)
     n = count_samples(path)
     print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")
