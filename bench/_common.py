@@ -99,8 +99,8 @@ def print_interleaved(label: str, ours: list[tuple[float, float]],
 
 
 def print_per_round(label: str, runs: dict[str, list[tuple[float, float]]]) -> None:
-    """With several bpfsym codes in the same rounds: each one's wall time over the
-    anchor's round by round (min / median / max), and the first code's over each other's.
+    """Each bpfsym code's wall time over the anchor's round by round (min / median / max)
+    and, with several codes in the same rounds, the first one's over each other's.
     A shared VM's speed drifts between rounds (perf's own time moved 30 % within one
     here); ratios taken within a round cancel what the round shares."""
     names = [n for n in runs if n != "perf"]

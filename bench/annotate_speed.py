@@ -43,6 +43,7 @@ from _common import (  # noqa: E402
     interleaved,
     kernel_kallsyms,
     print_interleaved,
+    print_per_round,
     print_startup,
     startup_commands,
 )
@@ -110,6 +111,7 @@ def main() -> int:
         )
         print(f"{data}: {os.path.getsize(data) >> 20} MB")
         ratios = print_interleaved("annotate vs perf report flat", got["ours"], got["perf"])
+        print_per_round("annotate vs perf report flat", {k: got[k] for k in ("ours", "perf")})
         print_startup(got, got["perf"])
         if a.bpfsym is None:
             parts(data)

@@ -158,7 +158,7 @@ def main() -> int:
     flat = print_interleaved("flat view", got["ours"], got["perf"])
     if args.against:
         print_interleaved("flat view, --against", got["other"], got["perf"])
-        print_per_round("flat view", {k: got[k] for k in ("ours", "other", "perf")})
+    print_per_round("flat view", {k: got[k] for k in ("ours", "other", "perf") if k in got})
     print_startup(got, got["perf"])
     print_floor(got)
     if args.no_graph:
@@ -168,7 +168,7 @@ def main() -> int:
     graph = print_interleaved("call-graph view", got["ours"], got["perf"])
     if args.against:
         print_interleaved("call-graph view, --against", got["other"], got["perf"])
-        print_per_round("call-graph view", got)
+    print_per_round("call-graph view", got)
     return 0 if flat["wall median"] <= 1.0 and graph["wall median"] <= 0.25 else 1
 
 

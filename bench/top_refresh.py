@@ -144,6 +144,10 @@ def measure(n: int, repeats: int) -> dict[str, float]:
     r_min = min(t_top) / min(t_tool)
     r_med = statistics.median(t_top) / statistics.median(t_tool)
     print(f"  ratio top / bpftool: min {r_min:.2f}x  median {r_med:.2f}x  ({repeats} runs each)")
+    by = [a / b for a, b in zip(t_top, t_tool, strict=True)]  # within a round: its load shared
+    print(
+        f"  by round: min {min(by):.2f}x  median {statistics.median(by):.2f}x  max {max(by):.2f}x"
+    )
     return {"programs": total, "min": r_min, "median": r_med}
 
 
