@@ -55,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
     from bpfsym.annotate.beside import Beside
 
     side = args.side or f"{args.input}.bpfsym"
+    if not os.path.exists(side):
+        # perf.data alone holds no xlated instructions to show; the side file does
+        from bpfsym.errors import UsageError
+
+        raise UsageError(
+            f"{side}: no such side file (try 'bpfsym record' first, or name one with --side)"
+        )
     # the samples are counted beside (big files): the child starts reading the perf.data
     # while the side file is read here, then counts while the disassembler and the kernel
     # names load here

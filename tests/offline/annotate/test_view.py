@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import json
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -255,6 +257,24 @@ def test_select() -> None:
     assert xdp.functions[0].name not in text.split("\n\n", 1)[1]
     text, status = annotate.annotate(cap, {}, symbol="nope")
     assert status == 1 and text.startswith("no BPF program matches nope")
+
+
+@pytest.mark.parametrize("side", [None, "elsewhere.bpfsym"])
+def test_a_missing_side_file_is_one_line_naming_it(tmp_path: Any, side: str | None) -> None:
+    data = tmp_path / "x.data"
+    data.write_bytes(b"")  # there: only the side file is missing
+    extra = ["--side", str(tmp_path / side)] if side else []
+    r = subprocess.run(
+        [sys.executable, "-m", "bpfsym", "annotate", "-i", str(data), *extra],
+        capture_output=True,
+        text=True,
+    )
+    want = str(tmp_path / side) if side else f"{data}.bpfsym"
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (
+        f"bpfsym annotate: {want}: no such side file (try 'bpfsym record' first,"
+        " or name one with --side)\n"
+    )
 
 
 def test_configure() -> None:
