@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 
+from bpfsym.errors import UsageError
+
 EPILOG = """examples:
   bpfsym annotate --prog 485                       # every function of program 485
   bpfsym annotate bpf_prog_6deef7357e7b4530_sub1   # one function, by its kallsyms name
@@ -57,8 +59,6 @@ def run(args: argparse.Namespace) -> int:
     side = args.side or f"{args.input}.bpfsym"
     if not os.path.exists(side):
         # perf.data alone holds no xlated instructions to show; the side file does
-        from bpfsym.errors import UsageError
-
         raise UsageError(
             f"{side}: no such side file (try 'bpfsym record' first, or name one with --side)"
         )
