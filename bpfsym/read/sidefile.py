@@ -15,6 +15,7 @@ import struct
 import sys
 import threading
 import zlib
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -154,8 +155,9 @@ def program_payload(
     return b"".join(parts)
 
 
-def iter_frames(path: str, data: bytes | mmap.mmap) -> Any:
-    """Yield (offset, type, payload) of each complete frame; return the torn-tail message."""
+def iter_frames(path: str, data: bytes | mmap.mmap, skip: Container[int] = ()) -> Any:
+    """Yield (offset, type, payload) of each complete frame; return the torn-tail message.
+    Frames of a type in skip are passed over: their payload neither checked nor inflated."""
     if data[: len(sf.MAGIC)] != sf.MAGIC:
         raise FormatError(path, 0, "not a bpfsym side file (bad magic)")
     off = len(sf.MAGIC)
@@ -169,6 +171,9 @@ def iter_frames(path: str, data: bytes | mmap.mmap) -> Any:
         start = off + sf.FRAME_SIZE
         if start + length > end:
             return f"torn record at offset {off}: {end - start} of {length} payload bytes"
+        if rtype in skip:
+            off = start + length
+            continue
         payload = bytes(data[start : start + length])
         if zlib.crc32(payload) != crc:
             raise FormatError(path, off, "record checksum mismatch")
@@ -269,8 +274,10 @@ class _Timeline:
             self.lost += fast.lost.unpack_from(rec, body)[1]
 
 
-def read_capture(path: str) -> Capture:
-    """Read a side file; FormatError for bad input, Capture.torn for a torn tail."""
+def read_capture(path: str, kallsyms: bool = True) -> Capture:
+    """Read a side file; FormatError for bad input, Capture.torn for a torn tail.
+    kallsyms=False passes over the kallsyms snapshot (its 5 MB of text not inflated) for
+    a caller that names kernel symbols from elsewhere (report --kallsyms)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -280,18 +287,45 @@ def read_capture(path: str) -> Capture:
     except OSError as e:
         raise FormatError(path, 0, e.strerror or str(e)) from None
     try:
-        return _read(path, data)
+        return _read(path, data, () if kallsyms else (sf.KALLSYMS,))
     finally:
         if isinstance(data, mmap.mmap):
             data.close()
 
 
-def _read(path: str, data: bytes | mmap.mmap) -> Capture:
+class CaptureBeside:
+    """read_capture(path) in a thread, for a caller with other work meanwhile (a report
+    imports numpy). Most of a side file's reading is the kernel symbols' inflate (1 MB of
+    zlib for 5 MB of text: 15-35 ms), which zlib does without the GIL, so it runs on
+    another CPU. result() waits for the thread and gives the Capture, or raises what
+    read_capture raised; no thread is left once it has returned."""
+
+    def __init__(self, path: str, kallsyms: bool = True) -> None:
+        self._cap: Capture | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path, kallsyms), daemon=True)
+        self._thread.start()
+
+    def _run(self, path: str, kallsyms: bool) -> None:
+        try:
+            self._cap = read_capture(path, kallsyms)
+        except BaseException as e:  # noqa: BLE001 - raised again by result()
+            self._error = e
+
+    def result(self) -> Capture:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._cap is not None
+        return self._cap
+
+
+def _read(path: str, data: bytes | mmap.mmap, skip: Container[int]) -> Capture:
     header: Any = None
     cap = Capture(CaptureHeader("", "", 0, "", -1, 0))
     prog_recs: list[Any] = []
     timeline: _Timeline | None = None
-    frames = iter_frames(path, data)
+    frames = iter_frames(path, data, skip)
     while True:
         try:
             off, rtype, payload = next(frames)

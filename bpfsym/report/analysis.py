@@ -145,21 +145,24 @@ def analyze_query(query: ReportQuery) -> Analysis:
     query.parallel: with numpy, share the samples between two processes (None: for large
     files when a second CPU is there). The result is the same either way.
     """
-    cap = None
+    pending = None
     if query.side:
-        from bpfsym.read.sidefile import read_capture
+        from bpfsym.read.sidefile import CaptureBeside
 
-        cap = read_capture(query.side)
+        # read while numpy loads; its kallsyms not inflated when --kallsyms names others
+        pending = CaptureBeside(query.side, kallsyms=not query.kallsyms)
+    np = _numpy_for(query)
+    cap = pending.result() if pending is not None else None
     host = query.host
     if not query.kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
         if host is None:
-            host = HostKallsyms()  # read while numpy loads; most reports here need it
+            host = HostKallsyms()  # not started by the command line: read from here on
     elif host is not None:
         host = None  # not needed after all: its thread finishes on its own
     query = replace(query, host=host)
     try:
         with gc_paused():
-            return _read(query, cap)
+            return _read(query, cap, np)
     finally:
         if host is not None:
             host.close()
@@ -183,13 +186,18 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read(query: ReportQuery, cap: Any) -> Analysis:
-    """The analysis of one pass over the file, opened once: the bulk (numpy) pass when
-    the file allows it, else (or when it refuses the file mid-way) the record-by-record
-    pass, which then reports any real format error."""
+def _numpy_for(query: ReportQuery) -> Any:
+    """numpy when the query may use it (not asked off, not a small file), else None."""
     stream = query.stream
     small = query.accelerate is None and stream is None and file_size(query.path) < NUMPY_MIN_BYTES
-    np = load_numpy() if query.accelerate is not False and not small else None
+    return load_numpy() if query.accelerate is not False and not small else None
+
+
+def _read(query: ReportQuery, cap: Any, np: Any) -> Analysis:
+    """The analysis of one pass over the file, opened once: the bulk (numpy) pass when
+    the file allows it (np: numpy), else (or when it refuses the file mid-way) the
+    record-by-record pass, which then reports any real format error."""
+    stream = query.stream
     pd = PerfData(query.path, stream)
     with pd:
         if np is not None and stream is None:

@@ -18,6 +18,7 @@ from bpfsym.formats import sidefile as sf
 from bpfsym.formats.errors import FormatError
 from bpfsym.read.kallsyms import capture_kernel_symbols
 from bpfsym.read.sidefile import (
+    CaptureBeside,
     SideFileWriter,
     _Timeline,
     iter_frames,
@@ -115,6 +116,38 @@ def test_big_payloads_are_compressed_and_read_back(tmp_path):
     assert len(capture_kernel_symbols(cap)) == 2000
     ks = capture_kernel_symbols(cap)
     assert ks[5].name == "sym_5" and ks[5].addr == 0xFFFFFFFF81000005
+
+
+def test_kallsyms_passed_over_and_read_beside(tmp_path):
+    # report --kallsyms reads the side file without its kallsyms (not inflated, not
+    # checked); CaptureBeside reads it in a thread and gives what read_capture gives
+    p = tmp_path / "k.bpfsym"
+    text = b"".join(b"ffffffff8100%04x T sym_%d\n" % (i, i) for i in range(2000))
+    w = SideFileWriter(str(p))
+    w.put(sf.HEADER, HEADER)
+    w.write(sf.KALLSYMS, text)
+    w.put(sf.NOTE, SAMPLES[sf.NOTE])
+    w.close()
+    whole = read_capture(str(p))
+    assert whole.kallsyms_texts == [text.decode()]
+    beside = CaptureBeside(str(p)).result()
+    assert beside.kallsyms_texts == whole.kallsyms_texts
+    assert beside.header == whole.header and beside.warnings == ["program 9: gone"]
+    data = bytearray(p.read_bytes())
+    kall = next(off for off, t, _ in iter_frames(str(p), bytes(data)) if t == sf.KALLSYMS)
+    data[kall + 12] ^= 0xFF  # the kallsyms payload's first byte: its checksum fails
+    p.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="checksum"):
+        read_capture(str(p))
+    with pytest.raises(FormatError, match="checksum"):
+        CaptureBeside(str(p)).result()  # the thread's error, raised where it is asked for
+    without = CaptureBeside(str(p), kallsyms=False).result()
+    assert without.kallsyms_texts == [] and not without.has_kallsyms()
+    assert without.header == whole.header and without.warnings == ["program 9: gone"]
+    assert [t for _, t, _ in iter_frames(str(p), bytes(data), skip=(sf.KALLSYMS,))] == [
+        sf.HEADER,
+        sf.NOTE,
+    ]
 
 
 def test_torn_tail_is_reported_and_earlier_records_kept(tmp_path):
