@@ -1,8 +1,9 @@
 """Where one bpfsym report's wall time goes, phase by phase: the floor under report_speed.py.
 
-    python3 bench/report_phases.py -i FILE [-g] [-r 5] [--kallsyms KS]
+    python3 bench/report_phases.py -i FILE [-g] [-r 5] [--kallsyms KS] [--side]
 
-Runs `bpfsym report -i FILE --no-side --stdio [-g]` -r times, each in a fresh
+Runs `bpfsym report -i FILE --no-side --stdio [-g]` (with --side: without --no-side, so
+that it reads FILE.bpfsym, a part of its set-up) -r times, each in a fresh
 interpreter (as installed: from byte code), with clocks around the phases of the bulk
 pass, and prints the min and median of each (wall seconds):
 
@@ -138,6 +139,7 @@ def main() -> int:
         "--kallsyms", help="kernel symbols for the report (default: the host's kernel part)"
     )
     p.add_argument("--bpfsym", help="checkout whose bpfsym to time (default: this one)")
+    p.add_argument("--side", action="store_true", help="read the input's side file")
     p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child is not None:
@@ -147,7 +149,8 @@ def main() -> int:
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
     tmp = tempfile.mkdtemp(prefix="bpfsym-bench-phases-")
     ks = a.kallsyms or kernel_kallsyms(tmp)
-    report = ["report", "-i", a.input, "--no-side", "--stdio", "--kallsyms", ks]
+    side = [] if a.side else ["--no-side"]
+    report = ["report", "-i", a.input, *side, "--stdio", "--kallsyms", ks]
     report += ["-g"] if a.g else []
     env = dict(os.environ, BENCH_CHILD_TIMES=os.path.join(tmp, "child.json"),
                PYTHONPATH=a.bpfsym or ROOT)  # fmt: skip

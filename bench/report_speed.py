@@ -19,6 +19,7 @@ itself costs time quadratic in the BPF programs anyone has loaded.
     python3 bench/report_speed.py -o /tmp/x.data # record there, then compare
     python3 bench/report_speed.py -F 0 -s 60     # perf's default rate, as `bpfsym record -a`
     python3 bench/report_speed.py -i big.data --against ../old   # two codes, same rounds
+    python3 bench/report_speed.py -i a.data --side   # bpfsym reads a.data.bpfsym too
 
 With -F 0, perf records at its default 4000 Hz and, as for any recording without -F,
 gives its side-band event (dummy:HG) a sample layout of its own (no PERIOD).
@@ -125,14 +126,23 @@ def main() -> int:
     p.add_argument("--bpfsym", help="checkout whose bpfsym to time (default: this one)")
     p.add_argument("--no-graph", action="store_true", help="only the flat view")
     p.add_argument(
+        "--side",
+        action="store_true",
+        help="bpfsym reads the input's side file (FILE.bpfsym), as `bpfsym report` does "
+        "by default on a bpfsym recording (default: --no-side)",
+    )
+    p.add_argument(
         "--against", metavar="CHECKOUT", help="also time this checkout's bpfsym in the same rounds"
     )
     args = p.parse_args()
     path, fresh = data_file(p, args.input, args.output, "bpfsym-bench-report.data")
     if fresh:
         record(path, args.seconds, args.freq)
+    if args.side and not os.path.exists(f"{path}.bpfsym"):
+        p.error(f"--side: no {path}.bpfsym")
     n = count_samples(path)
-    print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples")
+    print(f"{path}: {os.path.getsize(path) >> 20} MB, {n} samples", end="")
+    print(", bpfsym reading its side file" if args.side else "")
     if n < 450_000:
         print("warning: fewer than 450k samples; raise --seconds or --freq", file=sys.stderr)
     # bpfsym as installed: from byte code (pip compiles it; PYTHONDONTWRITEBYTECODE in a
@@ -141,7 +151,8 @@ def main() -> int:
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "bpfsym-bench-pyc")
     where = args.bpfsym or ROOT
     ks = ["--kallsyms", kernel_kallsyms(tempfile.mkdtemp(prefix="bpfsym-bench-report-"))]
-    ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, "--no-side", "--stdio", *ks]
+    side = [] if args.side else ["--no-side"]
+    ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, *side, "--stdio", *ks]
     other = {"other": (ours, args.against)} if args.against else {}
     interleaved({"ours": (ours, where), **other}, 1)  # writes the byte code
     perf = ["perf", "report", "-i", path, "--stdio", *ks]
