@@ -43,7 +43,7 @@ def kernel_symbols(
         return KernelSymbols(cap.kallsyms, FROM_KALLSYMS_SIDE), ""
     if cap is not None and cap.kallsyms_texts:
         # the kernel part as /proc/kallsyms gave it (its [bpf] lines are not kernel symbols)
-        kept = [i for i, t in enumerate(cap.kallsyms_texts) if "\t[bpf]" not in t]
+        kept = [i for i, t in enumerate(cap.kallsyms_texts) if not _bpf_part(t)]
         text = "".join(cap.kallsyms_texts[i] for i in kept)
         first = kept[0] if kept else 0
         return _kallsyms_text(
@@ -56,6 +56,14 @@ def kernel_symbols(
             return _host("boot id matches the side file", np, host)
         return None, "no kallsyms: the side file has none and was recorded in another boot"
     return _host_for_perf_data(pd, np, host, reloc)
+
+
+def _bpf_part(text: str) -> bool:
+    """Whether a side file's KALLSYMS text is its [bpf] part (trampolines, dispatchers).
+    The recorder writes the kernel part and the [bpf] lines in records of their own, so
+    the first line tells (a search of the kernel part's 5 MB for "\t[bpf]" took 6 ms)."""
+    end = text.find("\n")
+    return (text if end < 0 else text[:end]).endswith("\t[bpf]")
 
 
 KERNEL_DSO = "[kernel.kallsyms]"
