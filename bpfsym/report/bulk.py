@@ -82,6 +82,10 @@ class BulkPass:
         progress.on = progress.on and not share.second  # one bar: the first share's
         located = self.located
         given = located.take if located is not None and not share.second else None
+        if given is not None and not self.sideband.ready and self.sideband.relocation_free():
+            # the first process makes the kernel symbols for both before its first window,
+            # while the second locates that window's records for it too (report.split)
+            self.sideband.prepare()
         windows = self.reader.windows(share.windows, given)
         index = 0
         while True:
@@ -93,7 +97,7 @@ class BulkPass:
                 break
             starts, last = got
             mine = share.mine(index)
-            if located is not None and share.second and 0 < index < (share.split_at or 0):
+            if located is not None and share.second and index < (share.split_at or 0):
                 located.give(index, starts)  # the first process's windows, for it
             self._window(starts, last, mine)
             if mine:

@@ -85,19 +85,27 @@ class Sideband:
         self.sym.set_header(h.bpf_progs, h.btfs, h.build_ids, self.pd.little)
         self.header_set = True
 
+    def relocation_free(self) -> bool:
+        """Whether the kernel symbols prepare() chooses do not depend on side-band records:
+        only the host's kallsyms for a perf.data alone are moved by the kernel map's
+        relocation (symbolize.kernel); a kallsyms file, a side file or --symfs decide
+        before any record is read."""
+        return bool(self.kallsyms) or self.cap is not None or bool(self.symfs)
+
     def prepare(self) -> None:
         """Choose the kernel symbols: before the first sample is delivered (with two
         reading processes, the second takes the first one's: report.split.KernelHandoff)."""
         sym = self.sym
         hand = self.handoff
-        got = hand.take(self.np, self.kernel_reloc) if hand is not None else None
+        key = None if self.relocation_free() else self.kernel_reloc
+        got = hand.take(self.np, key) if hand is not None else None
         if got is None:
             got = kernel_symbols(
                 self.pd, self.cap, self.kallsyms, self.np, self.host, self.kernel_reloc,
                 self.symfs,
             )  # fmt: skip
             if hand is not None:
-                hand.give(*got, self.kernel_reloc)
+                hand.give(*got, key)
         sym.kernel, sym.kernel_note = got
         if not self.header_set:
             self.set_header()
