@@ -41,7 +41,8 @@ class Sideband:
 
     Kernel symbols are chosen at the first delivery (prepare): a pipe-mode header
     arrives in the data, and the host's /proc/kallsyms being read beside (HostKallsyms)
-    gets the time to finish.
+    gets the time to finish. The first of two reading processes chooses them before its
+    first window when no side-band record can change them (relocation_free).
     """
 
     def __init__(

@@ -148,17 +148,20 @@ def run_split(bulk: BulkPass, first: Share, second: Share) -> None:
 class KernelHandoff:
     """The kernel symbols, made once for both processes: by the first after the fork.
 
-    The first process chooses them at its first delivery (Sideband.prepare) and, when
+    The first process chooses them at its first delivery (Sideband.prepare), or before
+    its first window when no side-band record moves them (a kallsyms file, a side file,
+    --symfs: Sideband.relocation_free), and, when
     they are a kallsyms table read with numpy, writes its text and columns into an
     anonymous file the second one maps, which then neither reads nor parses the kallsyms
     (0.02-0.03 s for a 5 MB text, no longer before the fork). Anything else (a table made
     another way, none, or the first process's share read without one) is not handed
     over: the second process makes its own, as it would alone. Both make theirs of the
-    same kallsyms source; what side-band records change (the kernel map's relocation)
-    goes with the table as its key, and a second process that got another makes its own.
+    same kallsyms source; what side-band records change (the kernel map's relocation,
+    where it moves them) goes with the table as its key, and a second process that got
+    another makes its own.
 
-    The second process waits for the first one's word on a pipe, which comes at the
-    first one's first delivery or at the end of its share (done): the table's key, notes
+    The second process waits for the first one's word on a pipe, which comes when the
+    first one has chosen them or at the end of its share (done): the table's key, notes
     and where its parts lie in the file (pickled), or nothing.
     """
 
