@@ -12,6 +12,7 @@ there, since a sample's time picks among them (symbolize.timeline.BpfTimeline.pi
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from bpfsym.formats import perf as K
@@ -237,16 +238,21 @@ class _Addresses(_Probe):
             entry = sym.kcache.get(ip)
             if type(entry) is tuple:  # BPF candidates: which one depends on the time
                 members = self.members(g)
-                self.timed.append((members, self._by_time(entry, ip, self.t[members])))
+                ts = self.t[members]
+                times = _load_times(entry)
+                if bisect.bisect_right(times, int(ts.min())) != bisect.bisect_right(
+                    times, int(ts.max())
+                ):  # a load or unload among them: each span's samples named apart
+                    self.timed.append((members, self._by_time(times, ip, ts)))
+                # else one span holds them all, and its symbol is the first sample's (s)
         else:
             s = sym.resolve(m, self.pid[g], ip, self.t_first[g])
         self.sym_ids[g] = self.d.ids.sym_id(s)
 
-    def _by_time(self, entry: tuple, ip: int, ts: Any) -> Any:
-        """Symbol ids for samples at a BPF address, by which function was alive when."""
+    def _by_time(self, times: list[int], ip: int, ts: Any) -> Any:
+        """Symbol ids for samples at a BPF address, by which function was alive when
+        (times: the loads and unloads of its candidates, sorted)."""
         np = self.np
-        side, perf, _fallback = entry  # Symbolizer.kcache's entry for a BPF address
-        times = sorted({x for f in (*side, *perf) for x in (f.load, f.unload) if x is not None})
         bucket = np.searchsorted(np.array(times, dtype=np.uint64), ts, side="right")
         ids = np.empty(len(ts), dtype=np.int64)
         for b in unique(np, bucket)[0].tolist():
@@ -277,6 +283,14 @@ class _Addresses(_Probe):
         for members, ids in self.timed:
             sym_of[members] = ids
         return sym_of
+
+
+def _load_times(entry: tuple) -> list[int]:
+    """The loads and unloads of the functions a BPF address may belong to (a
+    Symbolizer.kcache entry: side file's, perf.data's, fallback), sorted: the samples
+    between two of them are named alike."""
+    side, perf, _fallback = entry
+    return sorted({x for f in (*side, *perf) for x in (f.load, f.unload) if x is not None})
 
 
 class _MapsSeen(_Probe):

@@ -13,6 +13,8 @@ import os
 from kit.livekit import DEMO, REPO, bpfsym_run, ensure_loader
 
 from bpfsym.read.sidefile import read_capture
+from bpfsym.report.analysis import analyze
+from bpfsym.report.render import render_stdio
 
 B_OBJ = REPO / "tests/fixtures/reuse/reuse_b.bpf.o"
 
@@ -61,3 +63,12 @@ def test_recycled_address_is_attributed_by_time(tmp_path):
     assert got.get(("run_a", a_name), 0) > 50 and got.get(("run_b", b_name), 0) > 50
     # nothing crossed over: no A samples named B, no B samples named A
     assert ("run_a", b_name) not in got and ("run_b", a_name) not in got
+    # the bulk pass (numpy, in one process and in two) names them as the record-by-record
+    # one does: each sample at a reused address by the program alive at its time
+    side = str(out) + ".bpfsym"
+    keys = ["comm", "prog", "sym"]
+    ordered = render_stdio(analyze(str(out), side, keys, False, True, accelerate=False), None, 0.0)
+    for parallel in (False, True):
+        an = analyze(str(out), side, keys, False, True, accelerate=True, parallel=parallel)
+        assert an.accelerated
+        assert render_stdio(an, None, 0.0) == ordered
