@@ -104,13 +104,23 @@ def test_writer_file_mode_and_frames(tmp_path):
     assert head.crc32 == zlib.crc32(data[off + 12 : off + 12 + head.length])
 
 
-def test_big_payloads_are_compressed_and_read_back(tmp_path):
-    p = tmp_path / "k.bpfsym"
-    text = b"".join(b"ffffffff8100%04x T sym_%d\n" % (i, i) for i in range(2000))
+KALLSYMS_TEXT = b"".join(b"ffffffff8100%04x T sym_%d\n" % (i, i) for i in range(2000))
+
+
+def _kallsyms_file(p, *notes: dict) -> bytes:
+    """A side file at p: the header, 2000 kallsyms lines (compressed), then notes."""
     w = SideFileWriter(str(p))
     w.put(sf.HEADER, HEADER)
-    w.write(sf.KALLSYMS, text)
+    w.write(sf.KALLSYMS, KALLSYMS_TEXT)
+    for note in notes:
+        w.put(sf.NOTE, note)
     w.close()
+    return KALLSYMS_TEXT
+
+
+def test_big_payloads_are_compressed_and_read_back(tmp_path):
+    p = tmp_path / "k.bpfsym"
+    text = _kallsyms_file(p)
     assert p.stat().st_size < len(text) / 2
     cap = read_capture(str(p))
     assert len(capture_kernel_symbols(cap)) == 2000
@@ -122,12 +132,7 @@ def test_kallsyms_passed_over_and_read_beside(tmp_path):
     # report --kallsyms reads the side file without its kallsyms (not inflated, not
     # checked); CaptureBeside reads it in a thread and gives what read_capture gives
     p = tmp_path / "k.bpfsym"
-    text = b"".join(b"ffffffff8100%04x T sym_%d\n" % (i, i) for i in range(2000))
-    w = SideFileWriter(str(p))
-    w.put(sf.HEADER, HEADER)
-    w.write(sf.KALLSYMS, text)
-    w.put(sf.NOTE, SAMPLES[sf.NOTE])
-    w.close()
+    text = _kallsyms_file(p, SAMPLES[sf.NOTE])
     whole = read_capture(str(p))
     assert whole.kallsyms_texts == [text.decode()]
     beside = CaptureBeside(str(p)).result()

@@ -18,13 +18,12 @@ def whole_list(maps: list[MapEntry], start: int, length: int, pgoff: int, name: 
     end = start + length
     out = []
     for m in maps:
-        if m.end <= start or m.start >= end:
+        if start < m.end and m.start < end:  # overlapped: what lies outside the new one stays
+            left = MapEntry(m.start, start, m.pgoff, m.filename, m.build_id)
+            right = MapEntry(end, m.end, m.pgoff + end - m.start, m.filename, m.build_id)
+            out += [part for part in (left, right) if part.start < part.end]
+        else:
             out.append(m)
-            continue
-        if m.start < start:
-            out.append(MapEntry(m.start, start, m.pgoff, m.filename, m.build_id))
-        if m.end > end:
-            out.append(MapEntry(end, m.end, m.pgoff + (end - m.start), m.filename, m.build_id))
     out.append(MapEntry(start, end, pgoff, name, ""))
     return sorted(out, key=lambda m: m.start)
 
