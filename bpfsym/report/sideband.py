@@ -20,7 +20,7 @@ from bpfsym.formats import perfdata as F
 from bpfsym.formats import struct_of as formats_struct_of
 from bpfsym.live.host import HostKallsyms
 from bpfsym.read.perfdata import PerfData
-from bpfsym.symbolize.kernel import KERNEL_DSO, kernel_symbols
+from bpfsym.symbolize.kernel import KERNEL_DSO, kernel_symbols, moved_by_relocation
 from bpfsym.symbolize.symbolizer import Symbolizer
 
 SIDEBAND = (
@@ -87,11 +87,9 @@ class Sideband:
         self.header_set = True
 
     def relocation_free(self) -> bool:
-        """Whether the kernel symbols prepare() chooses do not depend on side-band records:
-        only the host's kallsyms for a perf.data alone are moved by the kernel map's
-        relocation (symbolize.kernel); a kallsyms file, a side file or --symfs decide
-        before any record is read."""
-        return bool(self.kallsyms) or self.cap is not None or bool(self.symfs)
+        """Whether the kernel symbols prepare() chooses do not depend on side-band records
+        (symbolize.kernel.moved_by_relocation)."""
+        return not moved_by_relocation(self.cap, self.kallsyms, self.symfs)
 
     def prepare(self) -> None:
         """Choose the kernel symbols: before the first sample is delivered (with two

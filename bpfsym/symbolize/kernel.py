@@ -32,7 +32,8 @@ def kernel_symbols(
     symfs: str = "",
 ) -> tuple[KernelSymbols | None, str]:
     """Pick the kernel symbol source; the second item says why (for the header or misses).
-    With a symfs nothing of the host is used (perf: symbol.c dso__load_kernel_sym)."""
+    With a symfs nothing of the host is used (perf: symbol.c dso__load_kernel_sym).
+    reloc counts only where moved_by_relocation() says so."""
     if kallsyms:
         try:
             raw = kernel_kallsyms(kallsyms)  # bytes: the numpy reading needs no str
@@ -56,6 +57,13 @@ def kernel_symbols(
             return _host("boot id matches the side file", np, host)
         return None, "no kallsyms: the side file has none and was recorded in another boot"
     return _host_for_perf_data(pd, np, host, reloc)
+
+
+def moved_by_relocation(cap: Any, kallsyms: str | None, symfs: str) -> bool:
+    """Whether kernel_symbols' choice depends on its reloc (the kernel map's ref-reloc
+    symbol, which side-band records give): only the host's kallsyms for a perf.data alone
+    are moved by it; a kallsyms file, a side file or a symfs decide before any record."""
+    return not kallsyms and cap is None and not symfs
 
 
 def _bpf_part(text: str) -> bool:
