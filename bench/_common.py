@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import statistics
 import subprocess
@@ -52,19 +53,14 @@ def data_file(
     return os.path.abspath(output or os.path.join(tempfile.gettempdir(), default)), True
 
 
-_SUBREAPER: list[bool] = []
-
-
+@functools.cache
 def _subreaper() -> bool:
     """Make this process the one orphans of its children are given to (Linux prctl
     PR_SET_CHILD_SUBREAPER), once; whether it is."""
-    if not _SUBREAPER:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _SUBREAPER.append(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
-        except (OSError, AttributeError):
-            _SUBREAPER.append(False)
-    return _SUBREAPER[0]
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def run_once(cmd: Sequence[str], cwd: str | None = None) -> tuple[float, float]:
