@@ -110,7 +110,7 @@ class BulkPass:
 
     def _window(self, starts: Any, last: bool, mine: bool) -> None:
         """Read a window (its samples decoded when mine) and deliver what goes out now."""
-        w = self.reader.read(starts, self.seq, mine)
+        w = self.reader.read(starts, self.seq, mine, self.rounds.waiting)
         self.seq += w.count
         if mine:  # losses go with the share that has the samples
             self.agg.lost += w.lost

@@ -76,7 +76,12 @@ class Rounds:
         samples = w.samples
         if samples is not None:
             rounds_pos = np.array(rounds_at, dtype=np.int64)
-            samples["j"] = closed0 + np.searchsorted(rounds_pos, w.sample_at, side="left")
+            j = closed0 + np.searchsorted(rounds_pos, w.sample_at, side="left")
+            if w.carried:  # the waiting samples, read again ahead of the window's own
+                assert self.waiting is not None and len(self.waiting["j"]) == w.carried
+                j = np.concatenate((self.waiting["j"], j))
+                self.waiting = None
+            samples["j"] = j
         arrived = [
             Waiting(t, seq, rtype, args, misc, closed0 + bisect.bisect_left(rounds_at, i))
             for t, seq, rtype, args, misc, i in w.sideband

@@ -43,6 +43,40 @@ def rendered(
 
 
 @pytest.mark.parametrize("name", ["bpf", "multi"])
+@pytest.mark.parametrize("keys,graph", [(["comm", "dso", "sym"], False), (["pid", "sym"], True)])
+def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_delivers(
+    name: str, keys: list[str], graph: bool, monkeypatch
+) -> None:
+    # windows of 4 kB: samples whose round flush comes in a later window wait for it and
+    # are read again ahead of that window's own (window.WindowReader.read's carry)
+    from bpfsym.report import bulk, rounds
+
+    path = os.path.join(FIX, f"{name}.data")
+    take = rounds.Rounds.take
+    times: dict[int, int] = {}  # each sample's time by its seq, from one window (no carry)
+    carried: list[int] = []
+    timed: list[tuple[int, int]] = []  # (seq, time) of each window's own samples
+
+    def noting_take(self: rounds.Rounds, w: Any, last: bool) -> Any:
+        if w.samples is not None:
+            own = w.samples["seq"][w.carried :].tolist()
+            if bulk.SINGLE.windows == 4096:
+                carried.append(w.carried)
+                timed.extend(zip(own, w.times[w.sample_at].tolist(), strict=True))
+            else:
+                times.update(zip(own, w.samples["t"].tolist(), strict=True))
+        return take(self, w, last)
+
+    monkeypatch.setattr(rounds.Rounds, "take", noting_take)
+    whole = rendered(path, keys, graph, False, True)
+    monkeypatch.setattr(bulk, "SINGLE", bulk.Share(4096, None))
+    assert rendered(path, keys, graph, False, True) == whole
+    assert whole == rendered(path, keys, graph, False, False)
+    assert len(carried) > 10 and sum(1 for c in carried if c) > len(carried) // 2
+    assert len(timed) == len(times) and all(times[q] == t for q, t in timed)
+
+
+@pytest.mark.parametrize("name", ["bpf", "multi"])
 @pytest.mark.parametrize(
     "keys,graph,bpf_only",
     [
