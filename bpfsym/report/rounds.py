@@ -75,8 +75,11 @@ class Rounds:
             self.newest = max(self.newest, int(w.times.max()))
         samples = w.samples
         if samples is not None:
-            rounds_pos = np.array(rounds_at, dtype=np.int64)
-            j = closed0 + np.searchsorted(rounds_pos, w.sample_at, side="left")
+            # the rounds cut the window's samples into runs, run r arriving at flush
+            # closed0 + r (a search of the few rounds per sample took 1.5 ms a window)
+            cuts = np.searchsorted(w.sample_at, np.array(rounds_at, dtype=np.int64))
+            runs = np.diff(cuts, prepend=0, append=len(w.sample_at))
+            j = np.repeat(np.arange(closed0, closed0 + len(runs), dtype=np.int64), runs)
             if w.carried:  # the waiting samples, read again ahead of the window's own
                 assert self.waiting is not None and len(self.waiting["j"]) == w.carried
                 j = np.concatenate((self.waiting["j"], j))

@@ -84,3 +84,24 @@ def test_a_sample_goes_out_at_the_first_flush_from_its_arrival_whose_limit_cover
         for jj, tt in zip(j.tolist(), t.tolist(), strict=True)
     ]
     assert samples["k"].tolist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 200), st.integers(0, 5))
+def test_a_sample_arrives_at_the_flush_after_the_rounds_before_it(seed, nrecords, closed0):
+    # Rounds.take's arrival (j) of each sample against its definition: the rounds seen in
+    # earlier windows (closed0) and the FINISHED_ROUNDs before it in its window
+    from bpfsym.report.rounds import Rounds
+    from bpfsym.report.window import Window
+
+    rng = np.random.default_rng(seed)
+    is_round = rng.random(nrecords) < rng.choice([0.0, 0.05, 0.5, 1.0])
+    rounds_at = np.flatnonzero(is_round).tolist()
+    sample_at = np.flatnonzero(~is_round)
+    times = np.sort(rng.integers(1, 1000, nrecords)).astype(np.uint64)
+    samples = {"t": times[sample_at], "seq": sample_at + 1}
+    r = Rounds(np)
+    r.limits, r.closed = [0] * (closed0 + 1), closed0
+    r.take(Window(nrecords, samples, sample_at, times, [], rounds_at, 0), True)
+    want = [closed0 + sum(1 for q in rounds_at if q < i) for i in sample_at.tolist()]
+    assert samples["j"].tolist() == want
