@@ -211,6 +211,9 @@ def comm_groups(np: Any, samples: Samples, sideband: list[Outgoing], before: Any
         for i, x in enumerate(sideband)
         if x.rtype in COMM_CHANGES
     )
+    if not changes:  # none in this delivery (nearly always): a group per tid
+        of, count = dense(np, samples["tid"])
+        return summarize(np, of, count, before)
     tid_place = np.array(changes, dtype=np.uint64)
     tid = samples["tid"].astype(np.uint64)
     nth = np.searchsorted(tid_place, (tid << np.uint64(32)) | before.astype(np.uint64))

@@ -19,6 +19,7 @@ from bpfsym.report.groups import (
     address_groups,
     chain_groups,
     chain_ids,
+    comm_groups,
     dense,
     kernel_states,
     map_states,
@@ -227,3 +228,46 @@ def test_chains_of_one_hash_are_no_group(monkeypatch):
     words, samples = _chain_samples([[1, 2], [2, 1]])  # sums alike: one full hash
     with pytest.raises(NotBulk):
         chain_ids(np, words, samples)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 300),
+    st.integers(0, 8),
+    st.sampled_from([1, 3, 1 << 20, 1 << 31]),
+    st.sampled_from(["<u4", ">u4"]),
+    st.integers(0, 2**32 - 1),
+)
+def test_comm_groups_are_the_samples_of_one_tid_and_comm_state_in_order(
+    n, nsideband, top, order, seed
+):
+    # a group per (tid, how many COMM or FORK records of that tid precede the sample),
+    # numbered in that order; with no such record among the side-band, a group per tid
+    rng = np.random.default_rng(seed)
+    tids = rng.integers(0, top, 5, endpoint=True).tolist()
+    tid = rng.choice(tids, n).astype(order)
+    sideband = []
+    for i in range(nsideband):
+        kind, who = int(rng.integers(0, 3)), int(rng.choice(tids))
+        if kind == 0:
+            rtype, args = K.RECORD_COMM, (who + 1, who, "x")  # (pid, tid, comm)
+        elif kind == 1:
+            rtype, args = K.RECORD_FORK, (who + 1, who + 1, who, who, 0)  # FORK's tid third
+        else:
+            rtype, args = K.RECORD_EXIT, (who, who, who, who, 0)
+        sideband.append(Outgoing(i, i, i, rtype, args, 0))
+    before = np.sort(rng.integers(0, nsideband + 1, n)).astype(np.int64)
+    g = comm_groups(np, {"tid": tid}, sideband, before)
+    changes = [
+        (i, x.args[1 if x.rtype == K.RECORD_COMM else 2])
+        for i, x in enumerate(sideband)
+        if x.rtype in (K.RECORD_COMM, K.RECORD_FORK)
+    ]
+    key = [
+        (int(t), sum(1 for i, who in changes if who == t and i < b))
+        for t, b in zip(tid.tolist(), before.tolist(), strict=True)
+    ]
+    number = {k: i for i, k in enumerate(sorted(set(key)))}
+    assert g.count == len(number)
+    assert g.of.tolist() == [number[k] for k in key]
+    assert g.first.tolist() == [key.index(k) for k in sorted(number)]
