@@ -212,7 +212,7 @@ def comm_groups(np: Any, samples: Samples, sideband: list[Outgoing], before: Any
         if x.rtype in COMM_CHANGES
     )
     if not changes:  # none in this delivery (nearly always): a group per tid
-        of, count = dense(np, samples["tid"])
+        of, count = dense(np, samples["tid"].astype(np.int64))
         return summarize(np, of, count, before)
     tid_place = np.array(changes, dtype=np.uint64)
     tid = samples["tid"].astype(np.uint64)
