@@ -11,6 +11,7 @@ a second; the reader travels to the command in args.kallsyms_reader.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import signal
@@ -142,6 +143,10 @@ def entry() -> None:
         reader = start_kallsyms_reader(chosen, argv)  # beside the imports that follow
         if chosen in COMMANDS:
             importlib.import_module(COMMANDS[chosen][0])
+        # the collector, off for the imports (__main__), back on for the command; what the
+        # imports made is kept out of every collection (and of a forked reader's pages)
+        gc.freeze()
+        gc.enable()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the commands handle it
         code = main(argv, reader)  # Ctrl-C before a command's own handling too
     except KeyboardInterrupt:

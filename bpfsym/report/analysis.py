@@ -145,27 +145,31 @@ def analyze_query(query: ReportQuery) -> Analysis:
     query.parallel: with numpy, share the samples between two processes (None: for large
     files when a second CPU is there). The result is the same either way.
     """
-    pending = None
-    if query.side:
-        from bpfsym.read.sidefile import CaptureBeside
+    with gc_paused():  # numpy's import and the side file's objects too
+        pending = None
+        if query.side:
+            from bpfsym.read.sidefile import CaptureBeside
 
-        # read while numpy loads; its kallsyms not inflated when --kallsyms names others
-        pending = CaptureBeside(query.side, kallsyms=not query.kallsyms)
-    np = _numpy_for(query)
-    cap = pending.result() if pending is not None else None
-    host = query.host
-    if not query.kallsyms and (cap is None or not cap.has_kallsyms()) and sys.platform == "linux":
-        if host is None:
-            host = HostKallsyms()  # not started by the command line: read from here on
-    elif host is not None:
-        host = None  # not needed after all: its thread finishes on its own
-    query = replace(query, host=host)
-    try:
-        with gc_paused():
+            # read while numpy loads; its kallsyms not inflated when --kallsyms names others
+            pending = CaptureBeside(query.side, kallsyms=not query.kallsyms)
+        np = _numpy_for(query)
+        cap = pending.result() if pending is not None else None
+        host = query.host
+        if (
+            not query.kallsyms
+            and (cap is None or not cap.has_kallsyms())
+            and sys.platform == "linux"
+        ):
+            if host is None:
+                host = HostKallsyms()  # not started by the command line: read from here on
+        elif host is not None:
+            host = None  # not needed after all: its thread finishes on its own
+        query = replace(query, host=host)
+        try:
             return _read(query, cap, np)
-    finally:
-        if host is not None:
-            host.close()
+        finally:
+            if host is not None:
+                host.close()
 
 
 @contextlib.contextmanager

@@ -82,3 +82,45 @@ def test_construct_s_unused_imports_wait_until_something_uses_them() -> None:
         "add_newdoc False",
         "ndarray",
     ]
+
+
+# The program, with each command's run replaced by one that tells how the collector
+# stands; an import hook tells it for each bpfsym module as it imports.
+_GC = """
+import gc, importlib, sys
+import bpfsym.cli as cli
+import bpfsym.__main__ as program
+
+seen = []
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("bpfsym."):
+            seen.append(gc.isenabled())
+        return None
+sys.meta_path.insert(0, Finder())
+
+def run(args):
+    print(gc.isenabled(), gc.get_freeze_count() > 0, len(seen) > 2 and not any(seen))
+    return 0
+
+real = importlib.import_module
+def import_module(name, *a):
+    mod = real(name, *a)
+    if name.startswith("bpfsym.commands."):
+        mod.run = run
+    return mod
+cli.importlib.import_module = import_module
+sys.argv = ["bpfsym", sys.argv[1], *sys.argv[2:]]
+program.main()
+"""
+
+
+def test_the_collector_waits_for_the_imports_and_is_on_for_the_command() -> None:
+    # off from the first moment (no bpfsym module imports with it on), on when a command
+    # runs (record and top run for hours), with what the imports made frozen
+    for argv in (["report", "-i", "x.data"], ["top", "-b"], ["record", "--", "true"]):
+        p = subprocess.run(
+            [sys.executable, "-c", _GC, *argv], cwd=ROOT, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert (p.returncode, p.stdout, p.stderr) == (0, "True True True\n", ""), argv
