@@ -8,6 +8,7 @@ that line, printed like `bpftool prog dump xlated`. Runs on any machine from the
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -54,6 +55,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # one pass over objects made once (the side file's, numpy's and capstone's imports,
+    # the counts): the cyclic collector would only scan them again (as report's gc_paused)
+    gc.disable()
     from bpfsym.annotate.beside import Beside
 
     side = args.side or f"{args.input}.bpfsym"
