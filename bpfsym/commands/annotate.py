@@ -56,8 +56,18 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # one pass over objects made once (the side file's, numpy's and capstone's imports,
-    # the counts): the cyclic collector would only scan them again (as report's gc_paused)
+    # the counts): the cyclic collector would only scan them again (as report's gc_paused;
+    # the counting child is forked with it off too)
+    was = gc.isenabled()
     gc.disable()
+    try:
+        return _annotate(args)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _annotate(args: argparse.Namespace) -> int:
     from bpfsym.annotate.beside import Beside
 
     side = args.side or f"{args.input}.bpfsym"
