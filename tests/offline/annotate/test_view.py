@@ -284,3 +284,20 @@ def test_configure() -> None:
     assert (a.prog, a.input, a.json, a.top, a.symbol, a.side) == (12, "x.data", True, 3, None, None)
     with pytest.raises(SystemExit):
         p.parse_args(["--top", "0"])
+
+
+def test_the_collector_is_off_while_annotate_runs_and_on_after(tmp_path: Any, monkeypatch) -> None:
+    # off for the command's one pass, back on for an in-process caller, also when it fails
+    import gc
+
+    seen = []
+
+    def body(args: argparse.Namespace) -> int:
+        seen.append(gc.isenabled())
+        raise ValueError("x")
+
+    monkeypatch.setattr(annotate_cmd, "_annotate", body)
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        annotate_cmd.run(argparse.Namespace())
+    assert seen == [False] and gc.isenabled()
