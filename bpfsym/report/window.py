@@ -224,9 +224,11 @@ class WindowReader:
         decoded when samples, else only timed.
 
         carry: samples of earlier windows still waiting for their flush (rounds.Rounds),
-        decoded again from the file ahead of this window's own when it has samples of its
-        own (Window.carried): one gather of both instead of a copy of every field of this
-        window's samples to join them (5 % of a one-process reading of the bench file)."""
+        decoded again from the file ahead of this window's own when it has at least as
+        many of its own (Window.carried): one gather of both instead of a copy of every
+        field of this window's samples to join them (5 % of a one-process reading of the
+        bench file). More of them (a file with few round flushes, whose samples wait
+        window after window) are joined by Rounds.take, not decoded again each window."""
         np, data = self.np, self.data
         n = len(starts)
         u16 = data.u16
@@ -240,7 +242,7 @@ class WindowReader:
             times = np.zeros(n, dtype=np.uint64)
             sample_at = np.flatnonzero(is_sample)
             at, sq = starts[sample_at], seqs[sample_at]
-            if carry is not None and len(sample_at):
+            if carry is not None and 0 < len(carry["off"]) <= len(sample_at):
                 carried = len(carry["off"])
                 at, sq = np.concatenate((carry["off"], at)), np.concatenate((carry["seq"], sq))
             decoded = self.heads.decode(at, sq)

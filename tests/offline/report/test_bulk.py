@@ -47,8 +47,9 @@ def rendered(
 def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_delivers(
     name: str, keys: list[str], graph: bool, monkeypatch
 ) -> None:
-    # windows of 4 kB: samples whose round flush comes in a later window wait for it and
-    # are read again ahead of that window's own (window.WindowReader.read's carry)
+    # windows of 4 kB: samples whose round flush comes in a later window wait for it,
+    # read again ahead of that window's own (window.WindowReader.read's carry) or, when
+    # they outnumber them (these files' rounds are far apart), joined to them
     from bpfsym.report import bulk, rounds
 
     path = os.path.join(FIX, f"{name}.data")
@@ -56,6 +57,8 @@ def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_de
     times: dict[int, int] = {}  # each sample's time by its seq, from one window (no carry)
     carried: list[int] = []
     timed: list[tuple[int, int]] = []  # (seq, time) of each window's own samples
+    concat = rounds._concat
+    joined: list[int] = []
 
     def noting_take(self: rounds.Rounds, w: Any, last: bool) -> Any:
         if w.samples is not None:
@@ -67,13 +70,61 @@ def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_de
                 times.update(zip(own, w.samples["t"].tolist(), strict=True))
         return take(self, w, last)
 
+    def noting_concat(np_: Any, a: Any, b: Any) -> Any:
+        joined.append(len(a["off"]))
+        return concat(np_, a, b)
+
     monkeypatch.setattr(rounds.Rounds, "take", noting_take)
+    monkeypatch.setattr(rounds, "_concat", noting_concat)
     whole = rendered(path, keys, graph, False, True)
     monkeypatch.setattr(bulk, "SINGLE", bulk.Share(4096, None))
     assert rendered(path, keys, graph, False, True) == whole
     assert whole == rendered(path, keys, graph, False, False)
-    assert len(carried) > 10 and sum(1 for c in carried if c) > len(carried) // 2
+    waited = sum(1 for c in carried if c) + len(joined)  # windows that took earlier samples
+    assert len(carried) > 10 and waited > len(carried) // 2
     assert len(timed) == len(times) and all(times[q] == t for q, t in timed)
+
+
+@pytest.mark.parametrize("round_every", [7, 0])
+def test_samples_waiting_in_many_windows_are_joined_not_read_again(
+    tmp_path: object, round_every: int, monkeypatch
+) -> None:
+    # without round flushes (0: one at the end) every sample waits for the last window:
+    # those waiting outnumber a window's own, and Rounds.take joins them (read again
+    # each window, they would be read a window's count of times); with rounds every 7
+    # samples a few wait, and the window's gather reads them again
+    from kit.perfdata_builder import build_file
+
+    from bpfsym.formats import perf as K
+    from bpfsym.report import bulk, rounds
+
+    st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
+    path = os.path.join(str(tmp_path), "built.data")
+    with open(path, "wb") as f:
+        f.write(build_file(True, st_, n=3000, round_every=round_every))
+    whole = rendered(path, ["comm", "dso", "sym"], False, False, True)
+    monkeypatch.setattr(bulk, "SINGLE", bulk.Share(4096, None))
+    carried, joined = [], []
+    take, concat = rounds.Rounds.take, rounds._concat
+
+    def noting_take(self: rounds.Rounds, w: Any, last: bool) -> Any:
+        carried.append(w.carried)
+        return take(self, w, last)
+
+    def noting_concat(np_: Any, a: Any, b: Any) -> Any:
+        joined.append(len(a["off"]))
+        return concat(np_, a, b)
+
+    monkeypatch.setattr(rounds.Rounds, "take", noting_take)
+    monkeypatch.setattr(rounds, "_concat", noting_concat)
+    assert rendered(path, ["comm", "dso", "sym"], False, False, True) == whole
+    assert whole == rendered(path, ["comm", "dso", "sym"], False, False, False)
+    assert "# Samples: 3K" in whole and len(carried) > 20
+    if round_every:
+        assert not joined and sum(1 for c in carried if c) > len(carried) // 2
+    else:
+        assert sum(1 for c in carried if c) <= 1 and len(joined) > 20
+        assert joined == sorted(joined)  # all of them waiting, more each window
 
 
 @pytest.mark.parametrize("name", ["bpf", "multi"])
