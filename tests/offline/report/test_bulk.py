@@ -42,32 +42,20 @@ def rendered(
     return out + (render_folded(an) if graph else "")
 
 
-@pytest.mark.parametrize("name", ["bpf", "multi"])
-@pytest.mark.parametrize("keys,graph", [(["comm", "dso", "sym"], False), (["pid", "sym"], True)])
-def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_delivers(
-    name: str, keys: list[str], graph: bool, monkeypatch
-) -> None:
-    # windows of 4 kB: samples whose round flush comes in a later window wait for it,
-    # read again ahead of that window's own (window.WindowReader.read's carry) or, when
-    # they outnumber them (these files' rounds are far apart), joined to them
-    from bpfsym.report import bulk, rounds
+def _watch_windows(monkeypatch: Any) -> tuple[list[tuple[int, list, list]], list[int]]:
+    """What the bulk pass's Rounds.take is given of each window with samples (how many
+    waiting samples it carries, then its own samples' seqs and their record times) and
+    how many waiting samples each join (rounds._concat) takes."""
+    from bpfsym.report import rounds
 
-    path = os.path.join(FIX, f"{name}.data")
-    take = rounds.Rounds.take
-    times: dict[int, int] = {}  # each sample's time by its seq, from one window (no carry)
-    carried: list[int] = []
-    timed: list[tuple[int, int]] = []  # (seq, time) of each window's own samples
-    concat = rounds._concat
+    seen: list[tuple[int, list, list]] = []
     joined: list[int] = []
+    take, concat = rounds.Rounds.take, rounds._concat
 
     def noting_take(self: rounds.Rounds, w: Any, last: bool) -> Any:
         if w.samples is not None:
             own = w.samples["seq"][w.carried :].tolist()
-            if bulk.SINGLE.windows == 4096:
-                carried.append(w.carried)
-                timed.extend(zip(own, w.times[w.sample_at].tolist(), strict=True))
-            else:
-                times.update(zip(own, w.samples["t"].tolist(), strict=True))
+            seen.append((w.carried, own, w.times[w.sample_at].tolist()))
         return take(self, w, last)
 
     def noting_concat(np_: Any, a: Any, b: Any) -> Any:
@@ -76,12 +64,31 @@ def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_de
 
     monkeypatch.setattr(rounds.Rounds, "take", noting_take)
     monkeypatch.setattr(rounds, "_concat", noting_concat)
+    return seen, joined
+
+
+@pytest.mark.parametrize("name", ["bpf", "multi"])
+@pytest.mark.parametrize("keys,graph", [(["comm", "dso", "sym"], False), (["pid", "sym"], True)])
+def test_samples_waiting_across_many_windows_go_out_as_the_pure_python_reader_delivers(
+    name: str, keys: list[str], graph: bool, monkeypatch
+) -> None:
+    # windows of 4 kB: samples whose round flush comes in a later window wait for it,
+    # read again ahead of that window's own (window.WindowReader.read's carry) or, when
+    # they outnumber them (these files' rounds are far apart), joined to them
+    from bpfsym.report import bulk
+
+    path = os.path.join(FIX, f"{name}.data")
+    seen, joined = _watch_windows(monkeypatch)
     whole = rendered(path, keys, graph, False, True)
+    # each sample's record time, from one window (nothing carried)
+    times = {q: t for _, own, ts in seen for q, t in zip(own, ts, strict=True)}
+    seen.clear()
     monkeypatch.setattr(bulk, "SINGLE", bulk.Share(4096, None))
     assert rendered(path, keys, graph, False, True) == whole
     assert whole == rendered(path, keys, graph, False, False)
-    waited = sum(1 for c in carried if c) + len(joined)  # windows that took earlier samples
-    assert len(carried) > 10 and waited > len(carried) // 2
+    waited = sum(1 for c, _, _ in seen if c) + len(joined)  # windows that took earlier samples
+    assert len(seen) > 10 and waited > len(seen) // 2
+    timed = [(q, t) for _, own, ts in seen for q, t in zip(own, ts, strict=True)]
     assert len(timed) == len(times) and all(times[q] == t for q, t in timed)
 
 
@@ -96,7 +103,7 @@ def test_samples_waiting_in_many_windows_are_joined_not_read_again(
     from kit.perfdata_builder import build_file
 
     from bpfsym.formats import perf as K
-    from bpfsym.report import bulk, rounds
+    from bpfsym.report import bulk
 
     st_ = K.SAMPLE_IDENTIFIER | K.SAMPLE_IP | K.SAMPLE_TID | K.SAMPLE_TIME | K.SAMPLE_CPU
     path = os.path.join(str(tmp_path), "built.data")
@@ -104,21 +111,10 @@ def test_samples_waiting_in_many_windows_are_joined_not_read_again(
         f.write(build_file(True, st_, n=3000, round_every=round_every))
     whole = rendered(path, ["comm", "dso", "sym"], False, False, True)
     monkeypatch.setattr(bulk, "SINGLE", bulk.Share(4096, None))
-    carried, joined = [], []
-    take, concat = rounds.Rounds.take, rounds._concat
-
-    def noting_take(self: rounds.Rounds, w: Any, last: bool) -> Any:
-        carried.append(w.carried)
-        return take(self, w, last)
-
-    def noting_concat(np_: Any, a: Any, b: Any) -> Any:
-        joined.append(len(a["off"]))
-        return concat(np_, a, b)
-
-    monkeypatch.setattr(rounds.Rounds, "take", noting_take)
-    monkeypatch.setattr(rounds, "_concat", noting_concat)
+    seen, joined = _watch_windows(monkeypatch)
     assert rendered(path, ["comm", "dso", "sym"], False, False, True) == whole
     assert whole == rendered(path, ["comm", "dso", "sym"], False, False, False)
+    carried = [c for c, _, _ in seen]
     assert "# Samples: 3K" in whole and len(carried) > 20
     if round_every:
         assert not joined and sum(1 for c in carried if c) > len(carried) // 2
