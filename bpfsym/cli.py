@@ -70,11 +70,18 @@ def start_kallsyms_reader(chosen: str | None, argv: list[str]) -> Any:
     return HostKallsyms()
 
 
-def _side_file(args: list[str]) -> bool:
-    """Whether a report's arguments leave it a side file (--side, or <input>.bpfsym
-    beside its input), read here as the report's parser reads -i/--input, --side and
-    --no-side, before that parser's imports: a reading that differs only starts a
-    reader that is not needed, or leaves the reading to the report (later, not wrong)."""
+def default_side(inp: str) -> str | None:
+    """The side file a report or diff of perf.data inp reads unless told: <inp>.bpfsym
+    when it exists."""
+    cand = inp + ".bpfsym"
+    return cand if inp != "-" and os.path.exists(cand) else None
+
+
+def _side_file(args: list[str]) -> str | None:
+    """The side file a report's arguments leave it (--side, or default_side), read here
+    as the report's parser reads -i/--input, --side and --no-side, before that parser's
+    imports: a reading that differs only starts a reader that is not needed, or leaves
+    the reading to the report (later, not wrong)."""
     inp, side, no_side = "perf.data", None, False
     for i, a in enumerate(args):
         value = args[i + 1] if i + 1 < len(args) else None
@@ -92,9 +99,7 @@ def _side_file(args: list[str]) -> bool:
             side = value
         elif a.startswith("--side="):
             side = a[len("--side=") :]
-    if no_side:
-        return False
-    return bool(side) or (inp != "-" and os.path.exists(inp + ".bpfsym"))
+    return None if no_side else (side or default_side(inp))  # as commands.report.run
 
 
 def _parser(chosen: str | None) -> argparse.ArgumentParser:

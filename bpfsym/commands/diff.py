@@ -24,7 +24,8 @@ import json
 import os
 import sys
 
-from bpfsym.commands.report import default_side, sort_keys
+from bpfsym.cli import default_side
+from bpfsym.commands.report import sort_keys
 from bpfsym.errors import FormatError
 from bpfsym.report.analysis import analyze, gc_paused
 from bpfsym.report.diff import (

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from bpfsym.cli import default_side
 from bpfsym.errors import FormatError, UsageError
 from bpfsym.report import filters
 from bpfsym.report.analysis import analyze_query, gc_paused
@@ -98,11 +99,6 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="look for binaries under DIR, as perf report --symfs (nothing of this host's)",
     )
-
-
-def default_side(inp: str) -> str | None:
-    cand = inp + ".bpfsym"
-    return cand if inp != "-" and os.path.exists(cand) else None
 
 
 def _parsed(option: str, parse: Any, text: str | None) -> Any:
