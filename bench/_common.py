@@ -140,12 +140,15 @@ def print_per_round(label: str, runs: dict[str, list[tuple[float, float]]]) -> N
 
 
 def startup_commands(where: str | None) -> dict[str, tuple[Sequence[str], str | None]]:
-    """The start-up floor, to interleave with a comparison: the interpreter alone (with
-    this host's site-packages and .pth files) and bpfsym's --version (the interpreter and
-    the command line's imports)."""
+    """The start-up floor, to interleave with a comparison: the interpreter without the
+    site module (python -S: no site-packages, no .pth files run), the interpreter alone
+    (with this host's site-packages and the .pth files there, which any Python program on
+    it runs first) and bpfsym's --version (the interpreter and the command line's
+    imports)."""
     import sys
 
     return {
+        "python -S": ([sys.executable, "-S", "-c", "pass"], where),
         "python": ([sys.executable, "-c", "pass"], where),
         "bpfsym --version": ([sys.executable, "-m", "bpfsym", "--version"], where),
     }
@@ -156,7 +159,7 @@ def print_startup(
 ) -> None:
     """Print the start-up floor's wall time, min / median, and its share of the anchor's."""
     a_min, a_med = min(r[0] for r in anchor), statistics.median(r[0] for r in anchor)
-    for name in ("python", "bpfsym --version"):
+    for name in ("python -S", "python", "bpfsym --version"):
         xs = [r[0] for r in got[name]]
         lo, med = min(xs), statistics.median(xs)
         print(

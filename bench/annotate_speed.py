@@ -14,7 +14,8 @@ interleaved, -r times each:
                                                         (perf itself cannot annotate BPF
                                                          here: no libopcode)
 and prints min and median of both, wall and CPU, and their ratios (< 1: bpfsym faster),
-the start-up floor run in the same rounds (the interpreter alone, `bpfsym --version`),
+the start-up floor run in the same rounds (`python -S`, the interpreter alone, `bpfsym
+--version`),
 then where annotate's own time goes (one run in this process: heat pass, view).
 
 perf reads the kernel part of /proc/kallsyms from a file (bench/_common.kernel_kallsyms:

@@ -6,7 +6,8 @@ BPF_PROG_TEST_RUN), then prints bpfsym/perf time ratios for the flat view (vs
 `perf report --stdio --no-children -g none`) and the call-graph view (vs
 `perf report --stdio`), each run interleaved with perf's -r times: min and median of
 wall and CPU time (user + system, both of bpfsym's reading processes) and their ratios;
-with the flat view, the start-up floor run in the same rounds (the interpreter alone,
+with the flat view, the start-up floor run in the same rounds (the interpreter without
+its site module, then with it: what this host's .pth files add to every Python program;
 `bpfsym --version`: the interpreter and the command line's imports) and the CPU floor
 (the report in one process, pinned to one CPU, and its imports alone: how much of
 bpfsym's CPU is start-up, how much reading, how much the second process adds).
