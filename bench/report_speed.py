@@ -21,6 +21,7 @@ itself costs time quadratic in the BPF programs anyone has loaded.
     python3 bench/report_speed.py -F 0 -s 60     # perf's default rate, as `bpfsym record -a`
     python3 bench/report_speed.py -i big.data --against ../old   # two codes, same rounds
     python3 bench/report_speed.py -i a.data --side   # bpfsym reads a.data.bpfsym too
+    python3 bench/report_speed.py -i a.data --no-site   # also as python -S: no .pth hooks
 
 With -F 0, perf records at its default 4000 Hz and, as for any recording without -F,
 gives its side-band event (dummy:HG) a sample layout of its own (no PERIOD).
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import site
 import statistics
 import subprocess
 import sys
@@ -135,6 +137,12 @@ def main() -> int:
     p.add_argument(
         "--against", metavar="CHECKOUT", help="also time this checkout's bpfsym in the same rounds"
     )
+    p.add_argument(
+        "--no-site",
+        action="store_true",
+        help="also time the flat view run as `python -S` with site-packages on PYTHONPATH, in "
+        "the same rounds: as on a host whose site-packages runs no .pth hooks at start-up",
+    )
     args = p.parse_args()
     path, fresh = data_file(p, args.input, args.output, "bpfsym-bench-report.data")
     if fresh:
@@ -155,6 +163,11 @@ def main() -> int:
     side = [] if args.side else ["--no-side"]
     ours = [sys.executable, "-m", "bpfsym", "report", "-i", path, *side, "--stdio", *ks]
     other = {"other": (ours, args.against)} if args.against else {}
+    if args.no_site:
+        # site-packages on the path by hand: the same modules, none of the .pth files run
+        packages = os.pathsep.join(site.getsitepackages())
+        bare = ["env", f"PYTHONPATH={packages}", sys.executable, "-S", *ours[1:]]
+        other["no site"] = (bare, where)
     interleaved({"ours": (ours, where), **other}, 1)  # writes the byte code
     perf = ["perf", "report", "-i", path, "--stdio", *ks]
     got = interleaved(
@@ -170,7 +183,11 @@ def main() -> int:
     flat = print_interleaved("flat view", got["ours"], got["perf"])
     if args.against:
         print_interleaved("flat view, --against", got["other"], got["perf"])
-    print_per_round("flat view", {k: got[k] for k in ("ours", "other", "perf") if k in got})
+    if args.no_site:
+        print_interleaved("flat view, python -S", got["no site"], got["perf"])
+    print_per_round(
+        "flat view", {k: got[k] for k in ("ours", "other", "no site", "perf") if k in got}
+    )
     print_startup(got, got["perf"])
     print_floor(got)
     if args.no_graph:
